@@ -1,0 +1,201 @@
+"""The :class:`Agent`: a ReAct loop whose phases are wrapped by middleware.
+
+Example::
+
+    agent = Agent(
+        name="assistant",
+        system_prompt="You are a helpful assistant.",
+        model=OpenAIChatModel("gpt-4o-mini"),
+        toolkit=Toolkit(tools=[Read(), Write(), Edit()]),
+        middlewares=[AgenticMemoryMiddleware(workdir="/tmp/demo")],
+    )
+    msg = await agent.reply("Remember that I live in Hangzhou.")
+    async for event in agent.reply_stream("What did I tell you?"):
+        ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from functools import partial
+
+from mnemoscope.agent._acting import acting_core
+from mnemoscope.agent._chain import compose
+from mnemoscope.agent._reasoning import model_call_core, reasoning_core
+from mnemoscope.agent._state import AgentState
+from mnemoscope.context import ContextBuilder
+from mnemoscope.errors import UserError
+from mnemoscope.memory import InMemoryMemory, MemoryBase
+from mnemoscope.message import AssistantMsg, Msg, TextBlock, UserMsg, as_msg
+from mnemoscope.middleware import (
+    ActingContext,
+    AgentEvent,
+    MiddlewareBase,
+    ReasoningContext,
+    ReasoningStartEvent,
+    ReplyContext,
+    ReplyEndEvent,
+    ReplyStartEvent,
+    ToolResultEvent,
+    ToolUseEvent,
+)
+from mnemoscope.model import ChatModelBase
+from mnemoscope.tool import Toolkit
+
+TOOL_RESULT_MARK = "tool_result"
+HISTORY_EXCLUDED_MARKS = ("hint",)
+"""Marks of stored messages not shown again in later replies (one-off injections)."""
+
+
+class Agent:
+    """A ReAct agent: reason, act, repeat until the model answers without tool calls.
+
+    Args:
+        name: the agent's name (used as the name of its messages).
+        system_prompt: base instructions; middleware may extend them.
+        model: the chat model.
+        toolkit: tools the model may call.
+        middlewares: outermost first.
+        memory: short-term memory; a fresh :class:`InMemoryMemory` by default.
+        max_iters: maximum reasoning steps per reply.
+        max_context_tokens: token budget of one model input (``None``: no budget).
+        user_name: name given to string inputs turned into user messages.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        system_prompt: str,
+        model: ChatModelBase,
+        toolkit: Toolkit | None = None,
+        middlewares: Sequence[MiddlewareBase] | None = None,
+        memory: MemoryBase | None = None,
+        max_iters: int = 10,
+        max_context_tokens: int | None = None,
+        user_name: str = "user",
+    ) -> None:
+        if not isinstance(model, ChatModelBase):
+            raise UserError(f"model must be a ChatModelBase, got {type(model).__name__}")
+        if max_iters < 1:
+            raise UserError(f"max_iters must be at least 1, got {max_iters}")
+        self.name = name
+        self.system_prompt = system_prompt
+        self.model = model
+        self.toolkit = toolkit if toolkit is not None else Toolkit()
+        self.middlewares = list(middlewares or [])
+        self.memory = memory if memory is not None else InMemoryMemory()
+        self.max_iters = max_iters
+        self.user_name = user_name
+        self.context_builder = ContextBuilder(max_context_tokens, model.count_tokens)
+        self.state = AgentState()
+        for mw in self.middlewares:
+            if not isinstance(mw, MiddlewareBase):
+                raise UserError(f"middlewares must be MiddlewareBase instances, got {mw!r}")
+            mw.setup(self)
+        # which hooks run is decided once, here
+        self._reply_chain = compose("on_reply", self.middlewares, self._reply_core)
+        self._reasoning_chain = compose("on_reasoning", self.middlewares, partial(reasoning_core, self))
+        self._acting_chain = compose("on_acting", self.middlewares, partial(acting_core, self))
+        self._model_call_chain = compose("on_model_call", self.middlewares, partial(model_call_core, self))
+        self._prompt_mws = [m for m in self.middlewares if m.overrides("on_system_prompt")]
+        self._prompt_watchers = [m for m in self.middlewares if m.overrides("system_prompt_changed")]
+
+    # ------------------------------------------------------------------ public
+    async def reply(self, msg: Msg | str) -> Msg:
+        """Answer one message; returns the final assistant message."""
+        final: Msg | None = None
+        async for event in self.reply_stream(msg):
+            if isinstance(event, ReplyEndEvent):
+                final = event.msg
+        assert final is not None
+        return final
+
+    async def reply_stream(self, msg: Msg | str) -> AsyncIterator[AgentEvent]:
+        """Answer one message, yielding events; the last one is a :class:`ReplyEndEvent`."""
+        ctx = ReplyContext(agent=self, input=as_msg(msg, name=self.user_name))
+        yield ReplyStartEvent(reply_id=ctx.reply_id, input=ctx.input)
+        try:
+            async for event in self._reply_chain(ctx):
+                if not isinstance(event, ReplyEndEvent):
+                    yield event
+                for queued in ctx.drain_events():
+                    yield queued
+        except BaseException:
+            if ctx.exit_reason is None:
+                ctx.exit_reason = "cancelled"
+            raise
+        finally:
+            await ctx.cancel_tasks()
+        for queued in ctx.drain_events():
+            yield queued
+        assert ctx.result is not None
+        yield ReplyEndEvent(
+            reply_id=ctx.reply_id,
+            msg=ctx.result,
+            exit_reason="max_iters" if ctx.exit_reason == "max_iters" else "done",
+        )
+
+    # ------------------------------------------------------------------- loop
+    async def _reply_core(self, ctx: ReplyContext) -> AsyncIterator[AgentEvent]:
+        ctx.history = await self.memory.get(exclude_marks=list(HISTORY_EXCLUDED_MARKS))
+        await self.memory.add(ctx.input)
+        for iteration in range(1, self.max_iters + 1):
+            yield ReasoningStartEvent(reply_id=ctx.reply_id, iteration=iteration)
+            rctx = ReasoningContext(reply=ctx, iteration=iteration)
+            async for event in self._reasoning_chain(rctx):
+                yield event
+            assert rctx.msg is not None
+            step = rctx.msg
+            tool_uses = step.tool_uses
+            if not tool_uses:
+                ctx.transcript.append(step)
+                await self.memory.add(step)
+                ctx.result = step
+                ctx.exit_reason = "done"
+                return
+            results = []
+            for tool_use in tool_uses:
+                yield ToolUseEvent(reply_id=ctx.reply_id, tool_use=tool_use)
+                actx = ActingContext(reply=ctx, tool_use=tool_use)
+                async for event in self._acting_chain(actx):
+                    yield event
+                assert actx.result is not None
+                results.append(actx.result)
+                yield ToolResultEvent(reply_id=ctx.reply_id, result=actx.result)
+            result_msg = UserMsg("tool", results)
+            ctx.transcript += [step, result_msg]
+            # the tool use and its results are stored together, in one atomic batch
+            await self.memory.add([step, result_msg])
+            await self.memory.update_marks(result_msg.id, add=TOOL_RESULT_MARK)
+        ctx.exit_reason = "max_iters"
+        ctx.result = self._max_iters_reply(ctx)
+        ctx.transcript.append(ctx.result)
+        await self.memory.add(ctx.result)
+
+    def _max_iters_reply(self, ctx: ReplyContext) -> Msg:
+        last_text = next(
+            (m.get_text_content() for m in reversed(ctx.transcript) if m.role == "assistant" and m.get_text_content()),
+            "",
+        )
+        notice = (
+            f"I stopped after {self.max_iters} reasoning steps (max_iters) without a final answer."
+        )
+        text = f"{last_text}\n\n{notice}" if last_text else notice
+        return AssistantMsg(self.name, [TextBlock(text=text)], metadata={"exit_reason": "max_iters"})
+
+    async def _ensure_system_prompt(self, ctx: ReplyContext) -> None:
+        """Build the system prompt once per reply; rebuild only when a middleware says so."""
+        if ctx.system_prompt is not None:
+            if not self._prompt_watchers:
+                return
+            changed = await asyncio.gather(*(m.system_prompt_changed(ctx) for m in self._prompt_watchers))
+            if not any(changed):
+                return
+        prompt = self.system_prompt
+        for mw in self._prompt_mws:
+            prompt = await mw.on_system_prompt(ctx, prompt)
+        ctx.system_prompt = prompt
+
+    def __repr__(self) -> str:
+        return f"Agent(name={self.name!r}, model={self.model!r}, middlewares={self.middlewares!r})"

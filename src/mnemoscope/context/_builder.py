@@ -1,0 +1,171 @@
+"""The context builder: what one model call sees, under a token budget.
+
+Order of the model input::
+
+    system prompt
+    [omission notice]            when older history was cut, itemised
+    selected short-term history  newest kept first, whole tool-call groups only
+    injected context             e.g. retrieved long-term memories (this reply only)
+    current user message
+    this reply's transcript      assistant steps, tool results, hints
+
+The system prompt, the injected context, the current message and this reply's transcript
+are always kept; history is dropped oldest-first in *groups* (an assistant message with
+tool calls together with the message holding their results), so a tool use is never
+separated from its result. Dangling tool uses or results (e.g. from a crashed turn) are
+removed from history before counting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from mnemoscope.message import HintBlock, Msg, SystemMsg, ToolResultBlock, ToolUseBlock, UserMsg
+from mnemoscope.model._tokens import TokenCounter as TokenCounterLike
+from mnemoscope.model._tokens import count_tokens
+
+PER_MESSAGE_OVERHEAD = 4
+"""Tokens charged per message for role/name framing (OpenAI's documented ~3-4)."""
+
+
+@dataclass
+class BuiltContext:
+    """The model input and what was left out."""
+
+    messages: list[Msg]
+    tokens: int
+    dropped: list[Msg] = field(default_factory=list)
+    dropped_tokens: int = 0
+
+
+class ContextBuilder:
+    """Assembles model input under ``max_tokens`` (``None`` = no budget).
+
+    Args:
+        max_tokens: budget for the whole input (prompt + history + this reply).
+        token_counter: counts tokens of a text (defaults to :func:`count_tokens`).
+    """
+
+    def __init__(self, max_tokens: int | None = None, token_counter: TokenCounterLike | None = None) -> None:
+        self.max_tokens = max_tokens
+        self._count = token_counter or count_tokens
+        self._cache: dict[str, int] = {}
+
+    def msg_tokens(self, msg: Msg) -> int:
+        """Tokens of one message (cached by id: stored messages do not change)."""
+        cached = self._cache.get(msg.id)
+        if cached is None:
+            cached = PER_MESSAGE_OVERHEAD + self._count(render_for_count(msg))
+            if len(self._cache) > 50_000:
+                self._cache.clear()
+            self._cache[msg.id] = cached
+        return cached
+
+    def build(
+        self,
+        *,
+        system_prompt: str,
+        history: Sequence[Msg],
+        current: Msg,
+        injected: Sequence[Msg] = (),
+        transcript: Sequence[Msg] = (),
+    ) -> BuiltContext:
+        system = SystemMsg(system_prompt)
+        fixed = [*injected, current, *transcript]
+        fixed_tokens = PER_MESSAGE_OVERHEAD + self._count(system_prompt) + sum(
+            self.msg_tokens(m) for m in fixed
+        )
+        groups = _group(sanitize_history(history))
+        kept: list[list[Msg]] = []
+        dropped: list[Msg] = []
+        budget = None if self.max_tokens is None else self.max_tokens - fixed_tokens
+        used = 0
+        for group in reversed(groups):
+            cost = sum(self.msg_tokens(m) for m in group)
+            if budget is not None and (dropped or used + cost > budget):
+                dropped.extend(group)
+                continue
+            kept.append(group)
+            used += cost
+        kept.reverse()
+        messages: list[Msg] = [system]
+        dropped_tokens = sum(self.msg_tokens(m) for m in dropped)
+        if dropped:
+            dropped.reverse()
+            messages.append(omission_notice(dropped, dropped_tokens))
+        for group in kept:
+            messages.extend(group)
+        messages.extend(fixed)
+        return BuiltContext(messages, fixed_tokens + used, dropped, dropped_tokens)
+
+
+def render_for_count(msg: Msg) -> str:
+    parts: list[str] = []
+    for b in msg.content:
+        if isinstance(b, ToolUseBlock):
+            parts.append(b.name + str(b.input))
+        elif isinstance(b, ToolResultBlock):
+            parts.append(b.output_text())
+        elif isinstance(b, HintBlock):
+            parts.append(b.hint)
+        else:
+            text = getattr(b, "text", None) or getattr(b, "thinking", None)
+            if text:
+                parts.append(text)
+            elif b.type == "image":
+                parts.append("x" * 3000)  # images cost roughly 765+ tokens at detail=high
+    return "\n".join(parts)
+
+
+def omission_notice(dropped: Sequence[Msg], tokens: int) -> Msg:
+    first, last = dropped[0].timestamp, dropped[-1].timestamp
+    return UserMsg(
+        "context",
+        [
+            HintBlock(
+                hint=(
+                    f"{len(dropped)} earlier messages of this conversation (about {tokens} "
+                    f"tokens, from {first:%Y-%m-%d %H:%M} to {last:%Y-%m-%d %H:%M} UTC) were "
+                    "left out to fit the context budget. Ask the user if you need them."
+                ),
+                source="context_budget",
+            )
+        ],
+    )
+
+
+def sanitize_history(history: Sequence[Msg]) -> list[Msg]:
+    """Drop tool uses without results and results without uses (half-written turns)."""
+    use_ids = {b.id for m in history for b in m.content if isinstance(b, ToolUseBlock)}
+    result_ids = {b.id for m in history for b in m.content if isinstance(b, ToolResultBlock)}
+    paired = use_ids & result_ids
+    if paired == use_ids == result_ids:
+        return list(history)
+    out: list[Msg] = []
+    for m in history:
+        blocks = [
+            b
+            for b in m.content
+            if not (isinstance(b, ToolUseBlock | ToolResultBlock) and b.id not in paired)
+        ]
+        if blocks:
+            out.append(m if len(blocks) == len(m.content) else m.model_copy(update={"content": blocks}))
+    return out
+
+
+def _group(history: Sequence[Msg]) -> list[list[Msg]]:
+    """Split history so that a tool-use message and its result messages stay together."""
+    groups: list[list[Msg]] = []
+    open_ids: set[str] = set()
+    for m in history:
+        uses = {b.id for b in m.content if isinstance(b, ToolUseBlock)}
+        results = {b.id for b in m.content if isinstance(b, ToolResultBlock)}
+        if open_ids and results & open_ids:
+            groups[-1].append(m)
+            open_ids -= results
+            open_ids |= uses
+            continue
+        groups.append([m])
+        open_ids = set(uses)
+    return groups

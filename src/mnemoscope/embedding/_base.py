@@ -1,0 +1,56 @@
+"""The embedding model contract."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+from mnemoscope.errors import UserError
+
+
+class EmbeddingModelBase(ABC):
+    """An async, batched text embedder with explicit ``dimensions``.
+
+    Subclasses implement :meth:`_embed_batch`; :meth:`embed` splits the input into
+    batches of ``batch_size`` and checks every vector has ``dimensions`` entries.
+    """
+
+    def __init__(self, model: str, *, dimensions: int, batch_size: int = 64) -> None:
+        if dimensions <= 0:
+            raise UserError(f"dimensions must be a positive integer, got {dimensions}")
+        self.model = model
+        self.dimensions = dimensions
+        self.batch_size = batch_size
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One vector per text, in order."""
+        out: list[list[float]] = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = list(texts[start : start + self.batch_size])
+            vectors = await self._embed_batch(batch)
+            if len(vectors) != len(batch):
+                raise UserError(
+                    f"{type(self).__name__} returned {len(vectors)} vectors for {len(batch)} texts"
+                )
+            for v in vectors:
+                if len(v) != self.dimensions:
+                    raise UserError(
+                        f"{type(self).__name__}({self.model!r}) returned a {len(v)}-dimensional "
+                        f"vector but was configured with dimensions={self.dimensions}; "
+                        "set dimensions to the model's real output size"
+                    )
+            out.extend(vectors)
+        return out
+
+    async def embed_one(self, text: str) -> list[float]:
+        return (await self.embed([text]))[0]
+
+    @abstractmethod
+    async def _embed_batch(self, texts: list[str]) -> list[list[float]]:
+        """Embed one batch (at most ``batch_size`` texts)."""
+
+    async def aclose(self) -> None:
+        """Release resources. Safe to call twice."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model!r}, dimensions={self.dimensions})"

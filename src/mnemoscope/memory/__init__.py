@@ -1,0 +1,59 @@
+"""Short-term (session) and long-term (cross-session) memory.
+
+``RedisMemory`` and ``AsyncSQLAlchemyMemory`` import their drivers lazily; a missing
+driver raises an ``ImportError`` naming the extra to install.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mnemoscope.memory._base import (
+    MemoryBase,
+    MemoryState,
+    OnCorrupt,
+    OnDuplicate,
+    StoredMsg,
+)
+from mnemoscope.memory._in_memory import InMemoryMemory
+from mnemoscope.memory._long_term_base import (
+    LongTermMemoryBase,
+    MemoryItem,
+    MemoryScope,
+    RecordEvent,
+    RecordResult,
+)
+
+if TYPE_CHECKING:
+    from mnemoscope.memory._redis import RedisMemory
+    from mnemoscope.memory._sqlalchemy import AsyncSQLAlchemyMemory
+
+_LAZY = {
+    "RedisMemory": "mnemoscope.memory._redis",
+    "AsyncSQLAlchemyMemory": "mnemoscope.memory._sqlalchemy",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'mnemoscope.memory' has no attribute {name!r}")
+
+
+__all__ = [
+    "AsyncSQLAlchemyMemory",
+    "InMemoryMemory",
+    "LongTermMemoryBase",
+    "MemoryBase",
+    "MemoryItem",
+    "MemoryScope",
+    "MemoryState",
+    "OnCorrupt",
+    "OnDuplicate",
+    "RecordEvent",
+    "RecordResult",
+    "RedisMemory",
+    "StoredMsg",
+]

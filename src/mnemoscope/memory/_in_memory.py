@@ -1,0 +1,150 @@
+"""In-process session store: fast, not shared between processes, gone on exit.
+
+Example::
+
+    memory = InMemoryMemory()
+    await memory.add(UserMsg("alice", "hi"), marks="greeting")
+    await memory.get(marks="greeting")
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+
+from mnemoscope.errors import MemoryStoreError
+from mnemoscope.memory._base import (
+    Marks,
+    MemoryBase,
+    OnCorrupt,
+    OnDuplicate,
+    normalize_ids,
+    normalize_marks,
+    normalize_msgs,
+)
+from mnemoscope.message import Msg
+
+
+class InMemoryMemory(MemoryBase):
+    """Messages in a dict keyed by id (insertion-ordered) plus a mark -> ids index.
+
+    ``add`` is O(1) per message whatever the session length; filtering by mark touches
+    only the messages carrying that mark.
+    """
+
+    def __init__(self, *, user_id: str = "default", session_id: str = "default") -> None:
+        super().__init__(user_id=user_id, session_id=session_id)
+        self._msgs: dict[str, Msg] = {}
+        self._marks: dict[str, set[str]] = {}
+        self._by_mark: dict[str, dict[str, None]] = {}
+        self._seq: dict[str, int] = {}
+        self._counter = itertools.count()
+
+    async def add(
+        self,
+        msgs: Msg | Sequence[Msg] | None,
+        marks: Marks = None,
+        *,
+        on_duplicate: OnDuplicate = "ignore",
+    ) -> int:
+        items = normalize_msgs(msgs)
+        mark_list = normalize_marks(marks)
+        if on_duplicate == "error":
+            dup = [m.id for m in items if m.id in self._msgs]
+            if dup:
+                raise MemoryStoreError(
+                    f"message ids already stored: {dup[:5]}; pass on_duplicate='ignore' "
+                    "or 'replace'"
+                )
+        added = 0
+        for msg in items:
+            if msg.id in self._msgs:
+                if on_duplicate == "ignore":
+                    continue
+                self._set_marks(msg.id, set())
+            else:
+                self._seq[msg.id] = next(self._counter)
+                added += 1
+            self._msgs[msg.id] = msg.model_copy(deep=True)
+            self._set_marks(msg.id, set(mark_list))
+        return added
+
+    def _set_marks(self, msg_id: str, new: set[str]) -> None:
+        old = self._marks.get(msg_id, set())
+        for mark in old - new:
+            bucket = self._by_mark.get(mark)
+            if bucket is not None:
+                bucket.pop(msg_id, None)
+                if not bucket:
+                    del self._by_mark[mark]
+        for mark in new - old:
+            self._by_mark.setdefault(mark, {})[msg_id] = None
+        self._marks[msg_id] = new
+
+    async def delete(self, ids: str | Iterable[str]) -> int:
+        deleted = 0
+        for msg_id in normalize_ids(ids):
+            if msg_id in self._msgs:
+                self._set_marks(msg_id, set())
+                del self._msgs[msg_id], self._marks[msg_id], self._seq[msg_id]
+                deleted += 1
+        return deleted
+
+    async def delete_by_mark(self, marks: Marks) -> int:
+        ids: dict[str, None] = {}
+        for mark in normalize_marks(marks):
+            ids.update(self._by_mark.get(mark, {}))
+        return await self.delete(list(ids))
+
+    async def update_marks(
+        self,
+        ids: str | Iterable[str] | None = None,
+        *,
+        add: Marks = None,
+        remove: Marks = None,
+    ) -> int:
+        to_add, to_remove = set(normalize_marks(add)), set(normalize_marks(remove))
+        targets = list(self._msgs) if ids is None else normalize_ids(ids)
+        found = 0
+        for msg_id in targets:
+            if msg_id not in self._msgs:
+                continue
+            found += 1
+            self._set_marks(msg_id, (self._marks[msg_id] - to_remove) | to_add)
+        return found
+
+    async def clear(self) -> None:
+        self._msgs.clear()
+        self._marks.clear()
+        self._by_mark.clear()
+        self._seq.clear()
+
+    async def get(
+        self,
+        *,
+        last_n: int | None = None,
+        marks: Marks = None,
+        exclude_marks: Marks = None,
+        on_corrupt: OnCorrupt = "skip",
+    ) -> list[Msg]:
+        want, skip = normalize_marks(marks), set(normalize_marks(exclude_marks))
+        if want:
+            ids: set[str] = set()
+            for mark in want:
+                ids.update(self._by_mark.get(mark, {}))
+            ordered: Iterable[str] = sorted(ids, key=self._seq.__getitem__)
+        else:
+            ordered = self._msgs
+        if skip:
+            ordered = [i for i in ordered if not (self._marks[i] & skip)]
+        selected = list(ordered)
+        if last_n is not None:
+            selected = selected[-last_n:] if last_n > 0 else []
+        return [self._msgs[i].model_copy(deep=True) for i in selected]
+
+    async def get_marks(self, msg_id: str) -> list[str] | None:
+        marks = self._marks.get(msg_id)
+        return None if marks is None else sorted(marks)
+
+    async def size(self) -> int:
+        return len(self._msgs)

@@ -1,0 +1,126 @@
+"""The long-term memory contract: cross-session facts, scoped by user, agent and run.
+
+A :class:`LongTermMemoryBase` stores short texts ("memories") and retrieves them by
+relevance to a query. Control modes, the ``search_memory``/``add_memory`` tools,
+write-back and injection are built once on top of this contract by the generic
+long-term-memory middleware, so every store gets them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Literal, Self
+
+from pydantic import BaseModel, Field
+
+from mnemoscope.message import Msg
+
+
+class MemoryScope(BaseModel):
+    """Who a memory belongs to. ``user_id`` is required; the others narrow it."""
+
+    user_id: str
+    agent_id: str | None = None
+    run_id: str | None = None
+
+
+class MemoryItem(BaseModel):
+    """One stored memory as returned by a store."""
+
+    id: str
+    content: str
+    score: float | None = None
+    """Relevance to the query (higher is better); ``None`` outside a search."""
+    user_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class RecordEvent(BaseModel):
+    """What one write did to one memory."""
+
+    event: Literal["add", "update", "delete", "skip"]
+    item: MemoryItem
+    reason: str | None = None
+    """Why it was skipped / which memory it superseded, when known."""
+
+
+class RecordResult(BaseModel):
+    """Everything a :meth:`LongTermMemoryBase.record` call did."""
+
+    events: list[RecordEvent] = Field(default_factory=list)
+
+    @property
+    def added(self) -> list[MemoryItem]:
+        return [e.item for e in self.events if e.event == "add"]
+
+    @property
+    def updated(self) -> list[MemoryItem]:
+        return [e.item for e in self.events if e.event == "update"]
+
+    @property
+    def skipped(self) -> list[MemoryItem]:
+        return [e.item for e in self.events if e.event == "skip"]
+
+    @property
+    def stored_anything(self) -> bool:
+        return any(e.event in ("add", "update") for e in self.events)
+
+
+RecordInput = str | Msg | Sequence[str | Msg]
+
+
+class LongTermMemoryBase(ABC):
+    """Async store of cross-session memories."""
+
+    @abstractmethod
+    async def record(
+        self,
+        content: RecordInput,
+        *,
+        user_id: str,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        infer: bool | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> RecordResult:
+        """Store memories.
+
+        Args:
+            content: a text, a message, or a list of them (e.g. one exchange).
+            infer: let an LLM extract standalone facts (``True``) or store the text as
+                given (``False``); ``None`` uses the store's default.
+        """
+
+    @abstractmethod
+    async def retrieve(
+        self,
+        query: str,
+        *,
+        user_id: str,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        limit: int = 5,
+        threshold: float | None = None,
+    ) -> list[MemoryItem]:
+        """The memories most relevant to ``query``, best first, within the scope."""
+
+    async def aclose(self) -> None:
+        """Flush and release resources. Safe to call twice."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

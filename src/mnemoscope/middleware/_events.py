@@ -1,0 +1,93 @@
+"""Events yielded by ``Agent.reply_stream`` (and by every onion hook)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mnemoscope.message import HintBlock, Msg, ToolResultBlock, ToolUseBlock
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reply_id: str = ""
+
+
+class ReplyStartEvent(_Event):
+    type: Literal["reply_start"] = "reply_start"
+    input: Msg
+
+
+class ReasoningStartEvent(_Event):
+    type: Literal["reasoning_start"] = "reasoning_start"
+    iteration: int
+
+
+class TextDeltaEvent(_Event):
+    type: Literal["text_delta"] = "text_delta"
+    delta: str
+
+
+class ThinkingDeltaEvent(_Event):
+    type: Literal["thinking_delta"] = "thinking_delta"
+    delta: str
+
+
+class ToolUseEvent(_Event):
+    type: Literal["tool_use"] = "tool_use"
+    tool_use: ToolUseBlock
+
+
+class PermissionEvent(_Event):
+    """The permission engine's decision on one tool call (emitted for asks and denials)."""
+
+    type: Literal["permission"] = "permission"
+    tool_use_id: str
+    tool_name: str
+    behavior: Literal["allow", "deny", "ask"]
+    approved: bool | None = None
+    message: str = ""
+
+
+class ToolResultEvent(_Event):
+    type: Literal["tool_result"] = "tool_result"
+    result: ToolResultBlock
+
+
+class HintInjectedEvent(_Event):
+    type: Literal["hint_injected"] = "hint_injected"
+    hint: HintBlock
+
+
+class MemoryEvent(_Event):
+    """Long-term memory activity: retrieval injected, write done, or a failure."""
+
+    type: Literal["memory"] = "memory"
+    source: str
+    action: Literal["retrieve", "write", "error"]
+    message: str = ""
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class ReplyEndEvent(_Event):
+    """Always the last event; carries the reply message."""
+
+    type: Literal["reply_end"] = "reply_end"
+    msg: Msg
+    exit_reason: Literal["done", "max_iters"] = "done"
+
+
+AgentEvent = Annotated[
+    ReplyStartEvent
+    | ReasoningStartEvent
+    | TextDeltaEvent
+    | ThinkingDeltaEvent
+    | ToolUseEvent
+    | PermissionEvent
+    | ToolResultEvent
+    | HintInjectedEvent
+    | MemoryEvent
+    | ReplyEndEvent,
+    Field(discriminator="type"),
+]

@@ -1,0 +1,89 @@
+"""Token counting.
+
+With ``tiktoken`` installed *and* its encoding available locally (it downloads the
+encoding files on first use and caches them in ``TIKTOKEN_CACHE_DIR``), counts are exact
+for OpenAI models. Otherwise :func:`estimate_tokens` is used, a documented estimate that
+errs on the side of counting too many:
+
+* every CJK / kana / hangul / fullwidth character counts as 1.5 tokens (BPE vocabularies
+  usually spend one to three tokens on each; counting them as ``len / 4`` like Latin text
+  would undercount Chinese by a factor of five or more);
+* every other run of characters counts as ``ceil(utf8_bytes / 3.5)`` tokens, plus one
+  token per whitespace-separated word boundary beyond that for very short words.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+TokenCounter = Callable[[str], int]
+
+_CJK_RANGES = (
+    (0x1100, 0x11FF),  # hangul jamo
+    (0x2E80, 0x2FDF),  # CJK radicals
+    (0x3000, 0x30FF),  # CJK punctuation, hiragana, katakana
+    (0x3100, 0x31FF),
+    (0x3400, 0x4DBF),  # CJK ext A
+    (0x4E00, 0x9FFF),  # CJK unified
+    (0xAC00, 0xD7AF),  # hangul syllables
+    (0xF900, 0xFAFF),
+    (0xFF00, 0xFFEF),  # fullwidth forms
+    (0x20000, 0x2FA1F),
+)
+
+
+def _is_cjk(ch: str) -> bool:
+    cp = ord(ch)
+    return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
+
+
+def estimate_tokens(text: str) -> int:
+    """A conservative token estimate that needs no tokenizer (see module docstring)."""
+    if not text:
+        return 0
+    cjk = 0
+    other_bytes = 0
+    words = 0
+    in_word = False
+    for ch in text:
+        if ord(ch) >= 0x1100 and _is_cjk(ch):
+            cjk += 1
+            in_word = False
+            continue
+        if ch.isspace():
+            in_word = False
+            other_bytes += 1
+            continue
+        if not in_word:
+            words += 1
+            in_word = True
+        other_bytes += len(ch.encode("utf-8"))
+    return math.ceil(cjk * 1.5) + max(words, math.ceil(other_bytes / 3.5))
+
+
+@functools.cache
+def _tiktoken_encoder(encoding: str) -> Any | None:
+    try:
+        import tiktoken
+    except ImportError:
+        return None
+    try:
+        return tiktoken.get_encoding(encoding)
+    except Exception:  # noqa: BLE001 - no network / no cached encoding: fall back to estimate
+        return None
+
+
+def count_tokens(text: str, encoding: str = "o200k_base") -> int:
+    """Exact count with tiktoken when its encoding is available, else the estimate."""
+    enc = _tiktoken_encoder(encoding)
+    if enc is None:
+        return estimate_tokens(text)
+    return len(enc.encode(text, disallowed_special=()))
+
+
+def tokenizer_name(encoding: str = "o200k_base") -> str:
+    """Which counter :func:`count_tokens` uses: ``"tiktoken:<encoding>"`` or ``"estimate"``."""
+    return f"tiktoken:{encoding}" if _tiktoken_encoder(encoding) is not None else "estimate"

@@ -1,0 +1,37 @@
+"""Tools and the toolkit. File tools (Read/Write/Edit/Glob/Grep) work over a workspace backend."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mnemoscope.tool._base import PathAccess, ToolBase, ToolContext, ToolResult
+from mnemoscope.tool._function import FunctionTool, function_tool, parse_docstring
+from mnemoscope.tool._toolkit import Toolkit
+
+_FILE_TOOLS = {"Read", "Write", "Edit", "Glob", "Grep"}
+
+
+def __getattr__(name: str) -> Any:
+    # file tools import the workspace layer; load them on first use
+    if name in _FILE_TOOLS:
+        from mnemoscope.tool import _file_tools
+
+        return getattr(_file_tools, name)
+    raise AttributeError(f"module 'mnemoscope.tool' has no attribute {name!r}")
+
+
+__all__ = [
+    "Edit",
+    "FunctionTool",
+    "Glob",
+    "Grep",
+    "PathAccess",
+    "Read",
+    "ToolBase",
+    "ToolContext",
+    "ToolResult",
+    "Toolkit",
+    "Write",
+    "function_tool",
+    "parse_docstring",
+]

@@ -1,0 +1,99 @@
+"""Tools: what the model can call.
+
+A tool declares a ``name``, a ``description``, an input model (a pydantic model whose
+JSON schema is shown to the model and which validates the arguments), whether it only
+reads, and which paths a call touches (for the permission engine).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from mnemoscope.message import ImageBlock, TextBlock
+from mnemoscope.model import ToolSchema
+
+if TYPE_CHECKING:
+    from mnemoscope.middleware import ReplyContext
+    from mnemoscope.permission import PermissionContext, PermissionDecision
+
+
+class ToolResult(BaseModel):
+    """What a tool returns. ``is_error`` results are shown to the model as errors."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    output: str | list[TextBlock | ImageBlock] = ""
+    is_error: bool = False
+    metadata: dict[str, Any] = {}
+
+    @classmethod
+    def error(cls, message: str) -> ToolResult:
+        return cls(output=message, is_error=True)
+
+
+@dataclass(frozen=True)
+class PathAccess:
+    """A path a tool call will read or write, for the permission engine."""
+
+    path: str
+    access: Literal["read", "write"]
+
+
+@dataclass
+class ToolContext:
+    """Everything a tool call may need besides its arguments.
+
+    Attributes:
+        tool_use_id: id of the :class:`~mnemoscope.message.ToolUseBlock` being executed.
+        permission_context: the agent's permission context (working directories, mode).
+        reply: the reply this call belongs to (``None`` when called outside an agent).
+        state: per-agent scratch space shared by tools across replies (e.g. which files
+            were read and at which version, used by Write/Edit's read-before-write check).
+    """
+
+    tool_use_id: str = ""
+    permission_context: PermissionContext | None = None
+    reply: ReplyContext | None = None
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+class ToolBase(ABC):
+    """Base class of every tool.
+
+    Subclasses set ``name``, ``description`` and ``Input`` (a pydantic model) and
+    implement :meth:`call`.
+    """
+
+    name: str = ""
+    description: str = ""
+    Input: ClassVar[type[BaseModel]]
+    is_read_only: bool = False
+    auto_allow: bool = False
+    """When True the tool allows itself in the permission engine (e.g. memory tools)."""
+
+    def schema(self) -> ToolSchema:
+        """The provider-neutral schema shown to the model."""
+        schema = self.Input.model_json_schema()
+        schema.pop("title", None)
+        return {"name": self.name, "description": self.description, "input_schema": schema}
+
+    def permission_paths(self, tool_input: BaseModel) -> list[PathAccess]:
+        """Paths this call touches; file tools override this. Default: none."""
+        return []
+
+    async def check_permissions(
+        self, tool_input: BaseModel, ctx: ToolContext
+    ) -> PermissionDecision | None:
+        """A tool-specific decision, or ``None`` to let the engine decide."""
+        return None
+
+    @abstractmethod
+    async def call(self, tool_input: Any, ctx: ToolContext) -> ToolResult:
+        """Run the tool on validated input."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
