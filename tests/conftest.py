@@ -76,3 +76,9 @@ def mariadb_url() -> str:
 def unique_id() -> str:
     """A fresh id so tests sharing a server never see each other's data."""
     return uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+def service_checker():  # type: ignore[no-untyped-def]
+    """The ``require_service(name, host, port)`` function, for tests that decide at run time."""
+    return require_service

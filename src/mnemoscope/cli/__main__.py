@@ -1,0 +1,5 @@
+import sys
+
+from mnemoscope.cli import main
+
+sys.exit(main())

@@ -1,0 +1,97 @@
+"""The in-process dense index of :class:`~mnemoscope.memory.LocalLongTermMemory`.
+
+One matrix per user, loaded from the float32 blobs of ``ltm_memories`` on first use and
+dropped when that user's rows change (or when another connection commits: the store
+watches ``PRAGMA data_version``). Retrieval masks it by agent, run, status and expiry, so
+a scope narrower than the user costs no extra load. Brute-force cosine is a few
+milliseconds at ten thousand rows.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from mnemoscope._optional import require
+
+
+def numpy() -> Any:
+    """numpy, or an error naming the extra (dense search needs it)."""
+    return require("numpy", extra="local", feature="LocalLongTermMemory dense search")
+
+
+def to_blob(vector: list[float]) -> bytes:
+    np = numpy()
+    return np.asarray(vector, dtype="<f4").tobytes()
+
+
+def unit(vectors: Any) -> Any:
+    """Rows scaled to unit length (zero rows stay zero)."""
+    np = numpy()
+    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
+    return vectors / np.where(norms == 0.0, 1.0, norms)
+
+
+@dataclass
+class UserMatrix:
+    """Every embedded row of one user."""
+
+    rids: Any  # int64 (n,)
+    agent_ids: Any  # object (n,)
+    run_ids: Any  # object (n,)
+    active: Any  # bool (n,)
+    expires: Any  # float64 (n,), +inf when the row never expires
+    vectors: Any  # float32 (n, d), unit rows
+
+    def mask(
+        self,
+        *,
+        agent_id: str | None,
+        run_id: str | None,
+        now: float,
+        include_superseded: bool = False,
+        exact: bool = False,
+    ) -> Any:
+        """Rows in scope. ``exact``: ``None`` agent/run match only ``NULL`` (dedup scope)."""
+        np = numpy()
+        keep = self.expires > now
+        if not include_superseded:
+            keep &= self.active
+        if exact or agent_id is not None:
+            keep &= self.agent_ids == agent_id
+        if exact or run_id is not None:
+            keep &= self.run_ids == run_id
+        return np.asarray(keep, dtype=bool)
+
+
+def load_user_matrix(conn: sqlite3.Connection, user_id: str, dimensions: int) -> UserMatrix:
+    np = numpy()
+    rows = conn.execute(
+        "SELECT rid, agent_id, run_id, status, expires_at, embedding FROM ltm_memories "
+        "WHERE user_id = ? AND embedding IS NOT NULL AND length(embedding) = ?",
+        (user_id, 4 * dimensions),
+    ).fetchall()
+    n = len(rows)
+    vectors = np.frombuffer(b"".join(r[5] for r in rows), dtype="<f4").reshape(n, dimensions)
+    agent_ids = np.empty(n, dtype=object)
+    run_ids = np.empty(n, dtype=object)
+    agent_ids[:] = [r[1] for r in rows]
+    run_ids[:] = [r[2] for r in rows]
+    return UserMatrix(
+        rids=np.array([r[0] for r in rows], dtype=np.int64),
+        agent_ids=agent_ids,
+        run_ids=run_ids,
+        active=np.array([r[3] == "active" for r in rows], dtype=bool),
+        expires=np.array([r[4] if r[4] is not None else np.inf for r in rows], dtype=np.float64),
+        vectors=unit(vectors.astype(np.float32)),
+    )
+
+
+def top_k(scores: Any, k: int) -> Any:
+    """Indices of the ``k`` highest scores, best first."""
+    np = numpy()
+    if scores.shape[0] <= k:
+        return np.argsort(-scores, kind="stable")
+    part = np.argpartition(-scores, k)[:k]
+    return part[np.argsort(-scores[part], kind="stable")]

@@ -1,0 +1,114 @@
+"""Text helpers of :class:`~mnemoscope.memory.LocalLongTermMemory`: pure functions.
+
+Normalisation for exact-duplicate detection, the FTS5 query built from a natural-language
+question, the indexed form of a date, and weighted reciprocal rank fusion.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+# English function words. BM25 already gives them a low IDF, but with the query terms
+# OR-ed a question such as "What did she do in May?" would otherwise match every row
+# through "what", "did" and "she" and crowd out rows that share only its rare words.
+STOPWORDS: frozenset[str] = frozenset(
+    """
+    a about above after again against all am an and any are aren as at be because been
+    before being below between both but by can could couldn d did didn do does doesn
+    doing don down during each few for from further had hadn has hasn have haven having
+    he her here hers herself him himself his how i if in into is isn it its itself just
+    ll m ma me might more most must my myself no nor not now o of off on once only or
+    other our ours ourselves out over own re s same shall she should shouldn so some
+    such t than that the their theirs them themselves then there these they this those
+    through to too under until up ve very was wasn we were weren what when where which
+    while who whom whose why will with won would wouldn y you your yours yourself
+    yourselves also ever get got kind like likely many much one ones really say said
+    something thing things way well
+    """.split()
+)
+
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_SPACE = re.compile(r"\s+")
+
+
+def normalise(text: str) -> str:
+    """Case-folded, NFKC-normalised text with collapsed whitespace and no edge punctuation."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    return _SPACE.sub(" ", text).strip(" \t\n.,;:!?\"'")
+
+
+def content_hash(text: str) -> str:
+    """The hash two texts share when they are the same memory up to case and spacing."""
+    return hashlib.sha256(normalise(text).encode("utf-8")).hexdigest()
+
+
+def query_terms(query: str) -> list[str]:
+    """The distinct content words of ``query``, in order (all words if all are stopwords)."""
+    words = [w.casefold() for w in _WORD.findall(query)]
+    kept = [w for w in words if w not in STOPWORDS] or words
+    return list(dict.fromkeys(kept))
+
+
+def fts_match(query: str) -> str | None:
+    """An FTS5 ``MATCH`` expression: the query's content words, quoted and OR-ed.
+
+    Quoting makes every word a literal (no FTS5 syntax injection); OR-ing lets BM25 rank
+    rows by how many (and how rare) of the question's words they contain instead of
+    requiring all of them. ``None`` when the query has no word at all.
+    """
+    terms = query_terms(query)
+    if not terms:
+        return None
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+def date_text(when: datetime | None) -> str:
+    """The indexed words of a date: ``"Monday 8 May 2023"`` (empty when unknown)."""
+    if when is None:
+        return ""
+    return f"{when:%A} {when.day} {when:%B %Y}"
+
+
+def to_utc(when: datetime) -> datetime:
+    """A timezone-aware datetime in UTC (naive datetimes are taken as UTC)."""
+    if when.tzinfo is None:
+        return when.replace(tzinfo=UTC)
+    return when.astimezone(UTC)
+
+
+def parse_when(value: object) -> datetime | None:
+    """A datetime from a datetime, an ISO-8601 string, or a POSIX timestamp."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, int | float):
+        return datetime.fromtimestamp(float(value), UTC)
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    return None
+
+
+def rrf(
+    rankings: Sequence[tuple[Sequence[int], float]], *, k: float
+) -> list[tuple[int, float]]:
+    """Weighted reciprocal rank fusion.
+
+    Each ranking (best first) with weight ``w`` gives the row at 0-based rank ``r`` the
+    score ``w / (k + r + 1)``; scores add up across rankings. Returns ``(row, score)``
+    best first, ties broken by the first ranking's order.
+    """
+    scores: dict[int, float] = {}
+    for ranking, weight in rankings:
+        if weight <= 0:
+            continue
+        for rank, row in enumerate(ranking):
+            scores[row] = scores.get(row, 0.0) + weight / (k + rank + 1)
+    return sorted(scores.items(), key=lambda kv: -kv[1])

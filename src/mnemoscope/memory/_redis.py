@@ -1,0 +1,578 @@
+"""Session store on Redis: shared by every agent process that reaches the server.
+
+Example::
+
+    memory = RedisMemory.from_url("redis://localhost:6379/0", user_id="alice", session_id="s1")
+    await memory.add(UserMsg("alice", "hi"), marks="greeting")
+    await memory.get(last_n=10)
+    await memory.aclose()  # closes the client it created; never one you passed in
+
+Key layout (``<user>`` and ``<session>`` are escaped: ``%``, ``:``, ``{``, ``}`` become
+``%25``, ``%3A``, ``%7B``, ``%7D``). The ``{...}`` hash tag puts every key of a session in
+one Redis Cluster slot, so each operation is a single atomic Lua script:
+
+===============================================  ======  ===================================
+key                                              type    holds
+===============================================  ======  ===================================
+``<prefix>:{<user>:<session>}:msgs``             HASH    message id -> ``Msg`` JSON
+``<prefix>:{<user>:<session>}:order``            ZSET    message id scored by its sequence
+``<prefix>:{<user>:<session>}:seq``              STRING  sequence counter (``INCR``)
+``<prefix>:{<user>:<session>}:marks``            HASH    message id -> JSON list of marks
+``<prefix>:{<user>:<session>}:marknames``        SET     marks in use in the session
+``<prefix>:{<user>:<session>}:mark:<mark>``      ZSET    ids carrying ``<mark>`` (same scores)
+===============================================  ======  ===================================
+
+Costs: ``add`` is O(log n) per message (``HSETNX`` detects duplicates in O(1)); reading by
+mark touches only that mark's sorted set. With ``ttl`` set, every write refreshes the
+expiry of all the session's keys (reads do not).
+
+Faults: a batch is one Lua script, so Redis applies it entirely or not at all, even when
+the connection drops mid-call. A dropped connection is re-established and the call retried
+once when repeating it is harmless (reads, ``add`` with ``on_duplicate`` ``"ignore"`` or
+``"replace"``, deletes, mark updates, ``clear``); ``add(..., on_duplicate="error")`` raises
+:class:`~mnemoscope.errors.MemoryStoreError` instead, since the batch may or may not have
+been stored. After a retried ``add`` the returned count may undercount.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from mnemoscope._optional import require
+from mnemoscope.errors import MemoryStoreError, UserError
+from mnemoscope.memory._base import (
+    Marks,
+    MemoryBase,
+    MemoryState,
+    OnCorrupt,
+    OnDuplicate,
+    StoredMsg,
+    normalize_ids,
+    normalize_marks,
+    normalize_msgs,
+)
+from mnemoscope.message import Msg
+
+redis_asyncio = require("redis.asyncio", extra="redis", feature="RedisMemory")
+
+from redis.backoff import NoBackoff  # noqa: E402 (after the extra check)
+from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: E402
+from redis.exceptions import RedisError  # noqa: E402
+from redis.exceptions import TimeoutError as RedisTimeoutError  # noqa: E402
+from redis.retry import Retry  # noqa: E402
+
+DEFAULT_URL = "redis://localhost:6379/0"
+"""Used when neither ``client`` nor ``url`` is given."""
+
+KEY_MSGS = "{base}:msgs"
+KEY_ORDER = "{base}:order"
+KEY_SEQ = "{base}:seq"
+KEY_MARKS = "{base}:marks"
+KEY_MARK_NAMES = "{base}:marknames"
+KEY_MARK = "{base}:mark:{mark}"
+
+# --------------------------------------------------------------------------- Lua
+# KEYS: msgs, order, seq, marks, marknames.  ARGV[1]: mark key prefix, ARGV[2]: ttl (0 = none)
+_LUA_PRELUDE = """
+local K_MSGS, K_ORDER, K_SEQ, K_MARKS, K_NAMES = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local MARK_PREFIX = ARGV[1]
+local TTL = tonumber(ARGV[2])
+
+local function decode_marks(s)
+  if not s then return {} end
+  local ok, t = pcall(cjson.decode, s)
+  if not ok or type(t) ~= 'table' then return {} end
+  return t
+end
+
+local function set_marks(id, score, old, new)
+  local newset, oldset = {}, {}
+  for _, m in ipairs(new) do newset[m] = true end
+  for _, m in ipairs(old) do
+    oldset[m] = true
+    if not newset[m] then
+      redis.call('ZREM', MARK_PREFIX .. m, id)
+      if redis.call('EXISTS', MARK_PREFIX .. m) == 0 then redis.call('SREM', K_NAMES, m) end
+    end
+  end
+  for _, m in ipairs(new) do
+    if not oldset[m] then
+      redis.call('ZADD', MARK_PREFIX .. m, score, id)
+      redis.call('SADD', K_NAMES, m)
+    end
+  end
+  if #new == 0 then
+    if #old > 0 then redis.call('HDEL', K_MARKS, id) end
+  else
+    redis.call('HSET', K_MARKS, id, cjson.encode(new))
+  end
+end
+
+local function delete_one(id)
+  if redis.call('HDEL', K_MSGS, id) == 0 then return 0 end
+  redis.call('ZREM', K_ORDER, id)
+  set_marks(id, 0, decode_marks(redis.call('HGET', K_MARKS, id)), {})
+  return 1
+end
+
+local function touch()
+  if TTL > 0 then
+    for _, k in ipairs({K_MSGS, K_ORDER, K_SEQ, K_MARKS, K_NAMES}) do
+      redis.call('EXPIRE', k, TTL)
+    end
+    for _, m in ipairs(redis.call('SMEMBERS', K_NAMES)) do
+      redis.call('EXPIRE', MARK_PREFIX .. m, TTL)
+    end
+  end
+end
+"""
+
+# ARGV[3]: on_duplicate, ARGV[4]: marks JSON, ARGV[5..]: id, json, id, json, ...
+_LUA_ADD = (
+    _LUA_PRELUDE
+    + """
+local mode = ARGV[3]
+local marks = cjson.decode(ARGV[4])
+if mode == 'error' then
+  local dups = {}
+  for i = 5, #ARGV, 2 do
+    if redis.call('HEXISTS', K_MSGS, ARGV[i]) == 1 then dups[#dups + 1] = ARGV[i] end
+  end
+  if #dups > 0 then return {-1, dups} end
+end
+local added = 0
+for i = 5, #ARGV, 2 do
+  local id, data = ARGV[i], ARGV[i + 1]
+  if redis.call('HSETNX', K_MSGS, id, data) == 1 then
+    local seq = redis.call('INCR', K_SEQ)
+    redis.call('ZADD', K_ORDER, seq, id)
+    set_marks(id, seq, {}, marks)
+    added = added + 1
+  elseif mode ~= 'ignore' then
+    redis.call('HSET', K_MSGS, id, data)
+    local score = redis.call('ZSCORE', K_ORDER, id)
+    set_marks(id, score, decode_marks(redis.call('HGET', K_MARKS, id)), marks)
+  end
+end
+touch()
+return {added}
+"""
+)
+
+# ARGV[3..]: ids
+_LUA_DELETE = (
+    _LUA_PRELUDE
+    + """
+local n = 0
+for i = 3, #ARGV do n = n + delete_one(ARGV[i]) end
+touch()
+return n
+"""
+)
+
+# ARGV[3..]: marks
+_LUA_DELETE_BY_MARK = (
+    _LUA_PRELUDE
+    + """
+local n = 0
+for i = 3, #ARGV do
+  for _, id in ipairs(redis.call('ZRANGE', MARK_PREFIX .. ARGV[i], 0, -1)) do
+    n = n + delete_one(id)
+  end
+end
+touch()
+return n
+"""
+)
+
+# ARGV[3]: marks to add (JSON), ARGV[4]: marks to remove (JSON), ARGV[5]: '1' = all ids,
+# ARGV[6..]: ids
+_LUA_UPDATE_MARKS = (
+    _LUA_PRELUDE
+    + """
+local add, remove = cjson.decode(ARGV[3]), cjson.decode(ARGV[4])
+local removeset = {}
+for _, m in ipairs(remove) do removeset[m] = true end
+local ids = {}
+if ARGV[5] == '1' then
+  ids = redis.call('ZRANGE', K_ORDER, 0, -1)
+else
+  for i = 6, #ARGV do ids[#ids + 1] = ARGV[i] end
+end
+local found = 0
+for _, id in ipairs(ids) do
+  local score = redis.call('ZSCORE', K_ORDER, id)
+  if score then
+    found = found + 1
+    local old = decode_marks(redis.call('HGET', K_MARKS, id))
+    local new, seen = {}, {}
+    for _, m in ipairs(old) do
+      if not removeset[m] and not seen[m] then new[#new + 1] = m; seen[m] = true end
+    end
+    for _, m in ipairs(add) do
+      if not seen[m] then new[#new + 1] = m; seen[m] = true end
+    end
+    set_marks(id, score, old, new)
+  end
+end
+touch()
+return found
+"""
+)
+
+_LUA_CLEAR = (
+    _LUA_PRELUDE
+    + """
+for _, m in ipairs(redis.call('SMEMBERS', K_NAMES)) do redis.call('DEL', MARK_PREFIX .. m) end
+redis.call('DEL', K_MSGS, K_ORDER, K_SEQ, K_MARKS, K_NAMES)
+return 1
+"""
+)
+
+# ARGV[3]: last_n (-1 = all), ARGV[4]: wanted marks (JSON), ARGV[5]: excluded marks (JSON),
+# ARGV[6]: '1' to return marks too.  Returns id, json[, marks], id, json[, marks], ...
+_LUA_GET = (
+    _LUA_PRELUDE
+    + """
+local last_n = tonumber(ARGV[3])
+local want, excl = cjson.decode(ARGV[4]), cjson.decode(ARGV[5])
+local with_marks = ARGV[6] == '1'
+if last_n == 0 then return {} end
+local ids
+local source = K_ORDER
+if #want == 1 then source = MARK_PREFIX .. want[1] end
+if #want <= 1 then
+  if last_n > 0 and #excl == 0 then
+    ids = redis.call('ZRANGE', source, -last_n, -1)
+  else
+    ids = redis.call('ZRANGE', source, 0, -1)
+  end
+else
+  local seen, scores = {}, {}
+  ids = {}
+  for _, m in ipairs(want) do
+    local r = redis.call('ZRANGE', MARK_PREFIX .. m, 0, -1, 'WITHSCORES')
+    for i = 1, #r, 2 do
+      if not seen[r[i]] then
+        seen[r[i]] = true
+        ids[#ids + 1] = r[i]
+        scores[r[i]] = tonumber(r[i + 1])
+      end
+    end
+  end
+  table.sort(ids, function(a, b) return scores[a] < scores[b] end)
+end
+if #excl > 0 or (last_n > 0 and #ids > last_n) then
+  local picked = {}
+  for i = #ids, 1, -1 do
+    local id, keep = ids[i], true
+    for _, m in ipairs(excl) do
+      if redis.call('ZSCORE', MARK_PREFIX .. m, id) then keep = false; break end
+    end
+    if keep then
+      picked[#picked + 1] = id
+      if last_n > 0 and #picked >= last_n then break end
+    end
+  end
+  ids = {}
+  for i = #picked, 1, -1 do ids[#ids + 1] = picked[i] end
+end
+local out = {}
+for _, id in ipairs(ids) do
+  local data = redis.call('HGET', K_MSGS, id)
+  if data then
+    out[#out + 1] = id
+    out[#out + 1] = data
+    if with_marks then out[#out + 1] = redis.call('HGET', K_MARKS, id) or '[]' end
+  end
+end
+return out
+"""
+)
+
+_LUA_GET_MARKS = (
+    _LUA_PRELUDE
+    + """
+if redis.call('HEXISTS', K_MSGS, ARGV[3]) == 0 then return false end
+return redis.call('HGET', K_MARKS, ARGV[3]) or '[]'
+"""
+)
+
+
+def _escape(part: str) -> str:
+    return part.replace("%", "%25").replace(":", "%3A").replace("{", "%7B").replace("}", "%7D")
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RedisMemory(MemoryBase):
+    """Session store on a Redis server (``redis.asyncio``), safe for many processes.
+
+    Args:
+        client: a ``redis.asyncio.Redis`` (or ``RedisCluster``) you own; it is never closed
+            by this object. ``decode_responses`` may be on or off.
+        url: build a client from this URL (``redis://``, ``rediss://`` for TLS,
+            ``unix://``) instead; closed by :meth:`aclose`. Defaults to
+            ``redis://localhost:6379/0`` when ``client`` is not given either.
+        user_id: whose session this is.
+        session_id: which session of that user.
+        key_prefix: first part of every key, e.g. the application name.
+        ttl: expire the whole session this long after its last write (seconds or a
+            ``timedelta``); ``None`` keeps it forever.
+        **redis_kwargs: passed to ``redis.asyncio.Redis.from_url`` when building a client.
+
+    Raises:
+        UserError: both ``client`` and ``url`` given, a ``key_prefix`` containing ``{`` or
+            ``}``, or a non-positive ``ttl``.
+    """
+
+    def __init__(
+        self,
+        client: Any = None,
+        *,
+        url: str | None = None,
+        user_id: str = "default",
+        session_id: str = "default",
+        key_prefix: str = "mnemoscope",
+        ttl: float | timedelta | None = None,
+        **redis_kwargs: Any,
+    ) -> None:
+        super().__init__(user_id=user_id, session_id=session_id)
+        if client is not None and (url is not None or redis_kwargs):
+            raise UserError(
+                "RedisMemory: pass either client= or url= (with client options), not both"
+            )
+        if not key_prefix or "{" in key_prefix or "}" in key_prefix:
+            raise UserError(
+                f"RedisMemory: key_prefix must be non-empty and contain no '{{' or '}}' "
+                f"(they delimit the cluster hash tag), got {key_prefix!r}"
+            )
+        if isinstance(ttl, timedelta):
+            ttl = ttl.total_seconds()
+        if ttl is not None and ttl <= 0:
+            raise UserError(f"RedisMemory: ttl must be positive seconds or None, got {ttl!r}")
+        self.ttl = None if ttl is None else max(1, round(ttl))
+        self.key_prefix = key_prefix
+        self._owns_client = client is None
+        if client is None:
+            # Our own retry layer decides what may be repeated; the client must not
+            # silently re-send a non-idempotent script.
+            redis_kwargs.setdefault("retry", Retry(NoBackoff(), 0))
+            client = redis_asyncio.Redis.from_url(url or DEFAULT_URL, **redis_kwargs)
+        self.client = client
+        base = f"{key_prefix}:{{{_escape(user_id)}:{_escape(session_id)}}}"
+        self._keys = [
+            k.format(base=base) for k in (KEY_MSGS, KEY_ORDER, KEY_SEQ, KEY_MARKS, KEY_MARK_NAMES)
+        ]
+        self._mark_prefix = KEY_MARK.format(base=base, mark="")
+        self._head = [self._mark_prefix, str(self.ttl or 0)]
+        reg = client.register_script
+        self._add_script = reg(_LUA_ADD)
+        self._delete_script = reg(_LUA_DELETE)
+        self._delete_by_mark_script = reg(_LUA_DELETE_BY_MARK)
+        self._update_marks_script = reg(_LUA_UPDATE_MARKS)
+        self._clear_script = reg(_LUA_CLEAR)
+        self._get_script = reg(_LUA_GET)
+        self._get_marks_script = reg(_LUA_GET_MARKS)
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        user_id: str = "default",
+        session_id: str = "default",
+        key_prefix: str = "mnemoscope",
+        ttl: float | timedelta | None = None,
+        **redis_kwargs: Any,
+    ) -> RedisMemory:
+        """Build a memory with its own client (closed by :meth:`aclose`).
+
+        Example:
+            ``RedisMemory.from_url("rediss://:secret@cache:6380/0", session_id="s1")``
+        """
+        return cls(
+            url=url,
+            user_id=user_id,
+            session_id=session_id,
+            key_prefix=key_prefix,
+            ttl=ttl,
+            **redis_kwargs,
+        )
+
+    def key(self, name: str) -> str:
+        """The Redis key of this session's ``msgs``/``order``/``seq``/``marks``/``marknames``
+        structure, or ``mark:<mark>`` for a mark's sorted set (for inspection tools)."""
+        if name.startswith("mark:"):
+            return self._mark_prefix + name[5:]
+        names = ["msgs", "order", "seq", "marks", "marknames"]
+        if name not in names:
+            raise UserError(f"unknown key name {name!r}; one of {names} or 'mark:<mark>'")
+        return self._keys[names.index(name)]
+
+    # ------------------------------------------------------------------ plumbing
+    async def _call(self, script: Any, args: list[Any], *, retry_safe: bool, what: str) -> Any:
+        for attempt in (0, 1):
+            try:
+                return await script(keys=self._keys, args=self._head + args, client=self.client)
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                if retry_safe and attempt == 0:
+                    continue  # the pool hands out a fresh connection
+                hint = (
+                    " The batch was stored entirely or not at all; check with get_marks()."
+                    if not retry_safe
+                    else ""
+                )
+                raise MemoryStoreError(
+                    f"RedisMemory.{what} failed: connection to Redis lost ({exc}).{hint}"
+                ) from exc
+            except RedisError as exc:
+                raise MemoryStoreError(f"RedisMemory.{what} failed: {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # ------------------------------------------------------------------- writing
+    async def add(
+        self,
+        msgs: Msg | Sequence[Msg] | None,
+        marks: Marks = None,
+        *,
+        on_duplicate: OnDuplicate = "ignore",
+    ) -> int:
+        items = normalize_msgs(msgs)
+        mark_list = normalize_marks(marks)
+        if on_duplicate not in ("ignore", "replace", "error"):
+            raise UserError(
+                f"on_duplicate must be 'ignore', 'replace' or 'error', got {on_duplicate!r}"
+            )
+        if not items:
+            return 0
+        args: list[Any] = [on_duplicate, json.dumps(mark_list)]
+        for msg in items:
+            args.append(msg.id)
+            args.append(msg.model_dump_json())
+        result = await self._call(
+            self._add_script, args, retry_safe=on_duplicate != "error", what="add"
+        )
+        if int(result[0]) < 0:
+            dups = [_text(d) for d in result[1]]
+            raise MemoryStoreError(
+                f"message ids already stored: {dups[:5]}; pass on_duplicate='ignore' or 'replace'"
+            )
+        return int(result[0])
+
+    async def delete(self, ids: str | Iterable[str]) -> int:
+        id_list = normalize_ids(ids)
+        if not id_list:
+            return 0
+        return int(await self._call(self._delete_script, id_list, retry_safe=True, what="delete"))
+
+    async def delete_by_mark(self, marks: Marks) -> int:
+        mark_list = normalize_marks(marks)
+        if not mark_list:
+            return 0
+        return int(
+            await self._call(
+                self._delete_by_mark_script, mark_list, retry_safe=True, what="delete_by_mark"
+            )
+        )
+
+    async def update_marks(
+        self,
+        ids: str | Iterable[str] | None = None,
+        *,
+        add: Marks = None,
+        remove: Marks = None,
+    ) -> int:
+        to_add, to_remove = normalize_marks(add), normalize_marks(remove)
+        id_list = [] if ids is None else normalize_ids(ids)
+        args = [json.dumps(to_add), json.dumps(to_remove), "1" if ids is None else "0", *id_list]
+        return int(
+            await self._call(self._update_marks_script, args, retry_safe=True, what="update_marks")
+        )
+
+    async def clear(self) -> None:
+        await self._call(self._clear_script, [], retry_safe=True, what="clear")
+
+    # ------------------------------------------------------------------- reading
+    async def _fetch(
+        self,
+        last_n: int | None,
+        marks: Marks,
+        exclude_marks: Marks,
+        with_marks: bool,
+    ) -> list[Any]:
+        args = [
+            -1 if last_n is None else max(0, int(last_n)),
+            json.dumps(normalize_marks(marks)),
+            json.dumps(normalize_marks(exclude_marks)),
+            "1" if with_marks else "0",
+        ]
+        return list(await self._call(self._get_script, args, retry_safe=True, what="get"))
+
+    def _decode(self, msg_id: Any, data: Any, on_corrupt: OnCorrupt) -> Msg | None:
+        try:
+            return Msg.model_validate_json(data)
+        except ValueError as exc:  # pydantic.ValidationError, invalid UTF-8
+            self._report_corrupt(_text(msg_id), _reason(exc), on_corrupt)
+            return None
+
+    async def get(
+        self,
+        *,
+        last_n: int | None = None,
+        marks: Marks = None,
+        exclude_marks: Marks = None,
+        on_corrupt: OnCorrupt = "skip",
+    ) -> list[Msg]:
+        flat = await self._fetch(last_n, marks, exclude_marks, with_marks=False)
+        out: list[Msg] = []
+        for i in range(0, len(flat), 2):
+            msg = self._decode(flat[i], flat[i + 1], on_corrupt)
+            if msg is not None:
+                out.append(msg)
+        return out
+
+    async def get_marks(self, msg_id: str) -> list[str] | None:
+        raw = await self._call(self._get_marks_script, [msg_id], retry_safe=True, what="get_marks")
+        if raw is None:
+            return None
+        marks = json.loads(raw)
+        return sorted(marks) if isinstance(marks, list) else []
+
+    async def size(self) -> int:
+        for attempt in (0, 1):
+            try:
+                return int(await self.client.hlen(self._keys[0]))
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                if attempt == 0:
+                    continue
+                raise MemoryStoreError(f"RedisMemory.size failed: {exc}") from exc
+            except RedisError as exc:
+                raise MemoryStoreError(f"RedisMemory.size failed: {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def export_state(self) -> MemoryState:
+        """The whole session in one round trip (messages and marks read atomically)."""
+        flat = await self._fetch(None, None, None, with_marks=True)
+        entries = []
+        for i in range(0, len(flat), 3):
+            msg = self._decode(flat[i], flat[i + 1], "raise")
+            marks = json.loads(flat[i + 2])
+            entries.append(StoredMsg(msg=msg, marks=sorted(marks) if marks else []))
+        return MemoryState(user_id=self.user_id, session_id=self.session_id, messages=entries)
+
+    # ----------------------------------------------------------------- lifecycle
+    async def aclose(self) -> None:
+        """Close the client if this object created it."""
+        if self._owns_client:
+            await self.client.aclose()
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__

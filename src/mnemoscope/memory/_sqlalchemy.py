@@ -1,0 +1,615 @@
+"""Session store in a SQL database through SQLAlchemy's asyncio API.
+
+Example::
+
+    memory = AsyncSQLAlchemyMemory("sqlite+aiosqlite:///sessions.db", session_id="s1")
+    await memory.add(UserMsg("alice", "hi"), marks="greeting")
+    await memory.get(marks="greeting")
+    await memory.aclose()  # disposes the engine it created; never one you passed in
+
+Drivers: SQLite (``sqlite+aiosqlite:///path.db``, the embedded default), PostgreSQL
+(``postgresql+asyncpg://user:pw@host/db``), MySQL/MariaDB (``mysql+aiomysql://...``).
+Tables are created on first use:
+
+``<prefix>_messages``
+    ``seq`` (auto-increment primary key: the order), ``user_id``, ``session_id``,
+    ``msg_id``, ``msg_json`` (exactly ``Msg.model_dump_json()``); unique
+    ``(user_id, session_id, msg_id)``, index ``(user_id, session_id, seq)``.
+``<prefix>_marks``
+    ``(user_id, session_id, msg_id, mark)`` primary key, index
+    ``(user_id, session_id, mark)``.
+
+Ids, user and session ids and marks are limited to 128 characters (MySQL index limits).
+
+Ordering across processes comes from the auto-increment ``seq``: a writer's later batch
+always gets larger values than its earlier one, whatever other writers do. Every write is
+one transaction (a batch is stored entirely or not at all). SQLite engines built here use
+WAL, a busy timeout and ``BEGIN IMMEDIATE`` for writes, so several processes can share one
+file. A dropped connection, a deadlock or a locked SQLite file is retried; only when the
+connection drops *during* ``COMMIT`` of ``add(..., on_duplicate="error")`` (outcome unknown)
+does the caller get :class:`~mnemoscope.errors.MemoryStoreError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+from mnemoscope._optional import require
+from mnemoscope.errors import MemoryStoreError, MissingExtraError, UserError
+from mnemoscope.memory._base import (
+    Marks,
+    MemoryBase,
+    MemoryState,
+    OnCorrupt,
+    OnDuplicate,
+    StoredMsg,
+    normalize_ids,
+    normalize_marks,
+    normalize_msgs,
+)
+from mnemoscope.message import Msg
+
+require("sqlalchemy.ext.asyncio", extra="sql", feature="AsyncSQLAlchemyMemory")
+
+import sqlalchemy as sa  # noqa: E402 (after the extra check)
+from sqlalchemy import event  # noqa: E402
+from sqlalchemy.dialects import mysql  # noqa: E402
+from sqlalchemy.ext.asyncio import (  # noqa: E402
+    AsyncConnection,
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+DEFAULT_URL = "sqlite+aiosqlite:///mnemoscope_memory.db"
+"""Used when no engine or URL is given: a file in the current directory."""
+
+MAX_KEY_LENGTH = 128
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+_CHUNK = 500  # ids per IN (...) clause
+_ATTEMPTS = 5  # transient errors (locked file, deadlock, concurrent duplicate insert)
+_T = TypeVar("_T")
+
+_KEY = sa.String(MAX_KEY_LENGTH).with_variant(
+    mysql.VARCHAR(MAX_KEY_LENGTH, charset="utf8mb4", collation="utf8mb4_bin"),
+    "mysql",
+    "mariadb",
+)
+_JSON_TEXT = sa.Text().with_variant(mysql.LONGTEXT(charset="utf8mb4"), "mysql", "mariadb")
+_SEQ = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+def make_tables(table_prefix: str) -> tuple[sa.Table, sa.Table]:
+    """The ``(messages, marks)`` tables for a prefix, on a fresh ``MetaData``."""
+    md = sa.MetaData()
+    opts = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4"}
+    messages = sa.Table(
+        f"{table_prefix}_messages",
+        md,
+        sa.Column("seq", _SEQ, primary_key=True, autoincrement=True),
+        sa.Column("user_id", _KEY, nullable=False),
+        sa.Column("session_id", _KEY, nullable=False),
+        sa.Column("msg_id", _KEY, nullable=False),
+        sa.Column("msg_json", _JSON_TEXT, nullable=False),
+        sa.UniqueConstraint("user_id", "session_id", "msg_id", name=f"{table_prefix}_msg_uq"),
+        sa.Index(f"{table_prefix}_msg_order_ix", "user_id", "session_id", "seq"),
+        **opts,
+    )
+    marks = sa.Table(
+        f"{table_prefix}_marks",
+        md,
+        sa.Column("user_id", _KEY, nullable=False),
+        sa.Column("session_id", _KEY, nullable=False),
+        sa.Column("msg_id", _KEY, nullable=False),
+        sa.Column("mark", _KEY, nullable=False),
+        sa.PrimaryKeyConstraint("user_id", "session_id", "msg_id", "mark"),
+        sa.Index(f"{table_prefix}_mark_ix", "user_id", "session_id", "mark"),
+        **opts,
+    )
+    return messages, marks
+
+
+def _chunks(items: Sequence[_T], size: int = _CHUNK) -> Iterator[Sequence[_T]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _check_key(kind: str, value: str) -> None:
+    if len(value) > MAX_KEY_LENGTH:
+        raise UserError(
+            f"AsyncSQLAlchemyMemory: {kind} is {len(value)} characters long; the limit is "
+            f"{MAX_KEY_LENGTH}: {value[:40]!r}..."
+        )
+
+
+def _configure_sqlite(engine: AsyncEngine) -> None:
+    """WAL, busy timeout, and ``BEGIN IMMEDIATE`` for write transactions."""
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (below)
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute("PRAGMA synchronous = NORMAL")
+        cur.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        write = conn.get_execution_options().get("mnemoscope_write", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+# engines whose tables exist, per table prefix (one check per engine and process)
+_READY: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+
+
+class _CommitFailedError(Exception):
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+class AsyncSQLAlchemyMemory(MemoryBase):
+    """Session store in SQLite, PostgreSQL or MySQL/MariaDB.
+
+    Args:
+        engine_or_session: an ``AsyncEngine``, an ``async_sessionmaker`` or ``AsyncSession``
+            bound to one (its engine is used), or a database URL. Engines you pass are never
+            disposed by this object; one engine can serve many sessions.
+        url: a database URL, as an alternative to ``engine_or_session``. With neither,
+            ``sqlite+aiosqlite:///mnemoscope_memory.db`` (current directory) is used.
+        user_id: whose session this is.
+        session_id: which session of that user.
+        table_prefix: tables are ``<prefix>_messages`` and ``<prefix>_marks``.
+        **engine_kwargs: passed to ``create_async_engine`` when building an engine.
+
+    Raises:
+        UserError: an unsupported ``engine_or_session``, both it and ``url``, ids longer
+            than 128 characters, or a ``table_prefix`` that is not an identifier.
+    """
+
+    def __init__(
+        self,
+        engine_or_session: AsyncEngine | async_sessionmaker[Any] | AsyncSession | str | None = None,
+        *,
+        url: str | None = None,
+        user_id: str = "default",
+        session_id: str = "default",
+        table_prefix: str = "mnemoscope",
+        **engine_kwargs: Any,
+    ) -> None:
+        super().__init__(user_id=user_id, session_id=session_id)
+        _check_key("user_id", user_id)
+        _check_key("session_id", session_id)
+        if not table_prefix.isidentifier():
+            raise UserError(
+                f"AsyncSQLAlchemyMemory: table_prefix must be an identifier, got {table_prefix!r}"
+            )
+        if engine_or_session is not None and url is not None:
+            raise UserError("AsyncSQLAlchemyMemory: pass engine_or_session or url=, not both")
+        source = url if engine_or_session is None else engine_or_session
+        self._owns_engine = False
+        if source is None or isinstance(source, str):
+            self.engine = self.create_engine(source or DEFAULT_URL, **engine_kwargs)
+            self._owns_engine = True
+        elif engine_kwargs:
+            raise UserError("AsyncSQLAlchemyMemory: engine options need a URL, not an engine")
+        elif isinstance(source, AsyncEngine):
+            self.engine = source
+        elif isinstance(source, (async_sessionmaker, AsyncSession)):
+            bind = source.kw.get("bind") if isinstance(source, async_sessionmaker) else source.bind
+            if not isinstance(bind, AsyncEngine):
+                raise UserError(
+                    "AsyncSQLAlchemyMemory: the session factory must be bound to an AsyncEngine "
+                    "(async_sessionmaker(bind=engine))"
+                )
+            self.engine = bind
+        else:
+            raise UserError(
+                "AsyncSQLAlchemyMemory: engine_or_session must be an AsyncEngine, an "
+                f"async_sessionmaker, an AsyncSession or a URL string, got {type(source).__name__}"
+            )
+        self.table_prefix = table_prefix
+        self.messages, self.marks = make_tables(table_prefix)
+        self._dialect = self.engine.dialect.name
+        self._init_lock = asyncio.Lock()
+
+    @staticmethod
+    def create_engine(url: str, **engine_kwargs: Any) -> AsyncEngine:
+        """An engine configured for this store (SQLite: WAL, busy timeout, BEGIN IMMEDIATE).
+
+        Share one engine between the memories of many sessions in a process:
+        ``AsyncSQLAlchemyMemory(engine, session_id=sid)``.
+        """
+        try:
+            engine = create_async_engine(url, **engine_kwargs)
+        except ImportError as exc:
+            raise MissingExtraError(
+                f"AsyncSQLAlchemyMemory requires the 'sql' extra: pip install 'mnemoscope[sql]' "
+                f"(the driver for {url.split(':', 1)[0]!r} is missing: {exc})"
+            ) from exc
+        except sa.exc.ArgumentError as exc:
+            raise UserError(f"AsyncSQLAlchemyMemory: invalid database URL: {exc}") from exc
+        if engine.dialect.name == "sqlite":
+            _configure_sqlite(engine)
+        return engine
+
+    # ------------------------------------------------------------------ plumbing
+    def _where(self, table: sa.Table) -> sa.ColumnElement[bool]:
+        return sa.and_(table.c.user_id == self.user_id, table.c.session_id == self.session_id)
+
+    async def _ensure_tables(self) -> None:
+        ready = _READY.setdefault(self.engine.sync_engine, set())
+        if self.table_prefix in ready:
+            return
+        async with self._init_lock:
+            if self.table_prefix in ready:
+                return
+            for attempt in range(3):
+                try:
+                    async with self.engine.begin() as conn:
+                        await conn.run_sync(self.messages.metadata.create_all, checkfirst=True)
+                    break
+                except sa.exc.DBAPIError as exc:
+                    # another process created them between our check and CREATE
+                    if attempt == 2:
+                        raise MemoryStoreError(
+                            f"AsyncSQLAlchemyMemory: cannot create tables: {exc}"
+                        ) from exc
+                    await asyncio.sleep(0.05 * (attempt + 1))
+            ready.add(self.table_prefix)
+
+    def _transient(self, exc: sa.exc.DBAPIError) -> bool:
+        if exc.connection_invalidated or isinstance(exc, sa.exc.IntegrityError):
+            return True
+        orig = exc.orig
+        code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+        if code and (code in ("40001", "40P01", "55P03") or code[:2] in ("08", "57")):
+            return True
+        args = getattr(orig, "args", ())
+        if args and args[0] in (1205, 1213, 2006, 2013):  # lock wait, deadlock, gone away
+            return True
+        text = str(orig).lower()
+        return "database is locked" in text or ("connection" in text and "closed" in text)
+
+    async def _run(
+        self,
+        work: Callable[[AsyncConnection], Awaitable[_T]],
+        *,
+        write: bool,
+        idempotent: bool = True,
+        what: str,
+    ) -> _T:
+        await self._ensure_tables()
+        for attempt in range(_ATTEMPTS):
+            try:
+                return await self._once(work, write)
+            except _CommitFailedError as failed:
+                exc = failed.exc
+                if not idempotent:
+                    raise MemoryStoreError(
+                        f"AsyncSQLAlchemyMemory.{what}: the connection failed during COMMIT "
+                        f"({exc}); the batch was stored entirely or not at all, check with "
+                        "get_marks()"
+                    ) from exc
+                if not isinstance(exc, sa.exc.DBAPIError) or not self._transient(exc):
+                    raise MemoryStoreError(f"AsyncSQLAlchemyMemory.{what} failed: {exc}") from exc
+                last: BaseException = exc
+            except sa.exc.DBAPIError as exc:
+                if not self._transient(exc):
+                    raise MemoryStoreError(f"AsyncSQLAlchemyMemory.{what} failed: {exc}") from exc
+                last = exc
+            except (OSError, ConnectionError) as exc:
+                last = exc
+            if attempt + 1 < _ATTEMPTS:
+                await asyncio.sleep(0.01 * 2**attempt)
+        raise MemoryStoreError(
+            f"AsyncSQLAlchemyMemory.{what} failed after {_ATTEMPTS} attempts: {last}"
+        ) from last
+
+    async def _once(self, work: Callable[[AsyncConnection], Awaitable[_T]], write: bool) -> _T:
+        async with self.engine.connect() as conn:
+            if write:
+                await conn.execution_options(mnemoscope_write=True)
+            result = await work(conn)
+            if write:
+                try:
+                    await conn.commit()
+                except (sa.exc.DBAPIError, OSError) as exc:
+                    raise _CommitFailedError(exc) from exc
+            return result
+
+    async def _existing(self, conn: AsyncConnection, ids: Sequence[str]) -> set[str]:
+        t = self.messages
+        found: set[str] = set()
+        for chunk in _chunks(ids):
+            rows = await conn.execute(
+                sa.select(t.c.msg_id).where(self._where(t), t.c.msg_id.in_(chunk))
+            )
+            found.update(r[0] for r in rows)
+        return found
+
+    def _mark_rows(self, ids: Iterable[str], marks: Iterable[str]) -> list[dict[str, str]]:
+        u, s = self.user_id, self.session_id
+        return [{"user_id": u, "session_id": s, "msg_id": i, "mark": m} for i in ids for m in marks]
+
+    # ------------------------------------------------------------------- writing
+    async def add(
+        self,
+        msgs: Msg | Sequence[Msg] | None,
+        marks: Marks = None,
+        *,
+        on_duplicate: OnDuplicate = "ignore",
+    ) -> int:
+        items = normalize_msgs(msgs)
+        mark_list = normalize_marks(marks)
+        if on_duplicate not in ("ignore", "replace", "error"):
+            raise UserError(
+                f"on_duplicate must be 'ignore', 'replace' or 'error', got {on_duplicate!r}"
+            )
+        if not items:
+            return 0
+        for m in mark_list:
+            _check_key("a mark", m)
+        payload: list[tuple[str, str]] = []
+        for msg in items:
+            _check_key("a message id", msg.id)
+            payload.append((msg.id, msg.model_dump_json()))
+
+        async def work(conn: AsyncConnection) -> int:
+            existing = await self._existing(conn, [i for i, _ in payload])
+            if on_duplicate == "error" and existing:
+                raise MemoryStoreError(
+                    f"message ids already stored: {sorted(existing)[:5]}; pass "
+                    "on_duplicate='ignore' or 'replace'"
+                )
+            new: dict[str, str] = {}
+            replace: dict[str, str] = {}
+            for msg_id, data in payload:
+                if msg_id in existing:
+                    if on_duplicate != "ignore":
+                        replace[msg_id] = data
+                elif msg_id in new:
+                    if on_duplicate != "ignore":
+                        new[msg_id] = data  # a repeated id in one batch keeps its position
+                else:
+                    new[msg_id] = data
+            u, s = self.user_id, self.session_id
+            if new:
+                rows = [
+                    {"user_id": u, "session_id": s, "msg_id": i, "msg_json": d}
+                    for i, d in new.items()
+                ]
+                await conn.execute(sa.insert(self.messages), rows)
+            if replace:
+                t = self.messages
+                stmt = (
+                    sa.update(t)
+                    .where(
+                        t.c.user_id == sa.bindparam("u"),
+                        t.c.session_id == sa.bindparam("s"),
+                        t.c.msg_id == sa.bindparam("i"),
+                    )
+                    .values(msg_json=sa.bindparam("d"))
+                )
+                await conn.execute(
+                    stmt, [{"u": u, "s": s, "i": i, "d": d} for i, d in replace.items()]
+                )
+                k = self.marks
+                for chunk in _chunks(list(replace)):
+                    await conn.execute(sa.delete(k).where(self._where(k), k.c.msg_id.in_(chunk)))
+            if mark_list and (new or replace):
+                await conn.execute(
+                    sa.insert(self.marks), self._mark_rows([*new, *replace], mark_list)
+                )
+            return len(new)
+
+        return await self._run(work, write=True, idempotent=on_duplicate != "error", what="add")
+
+    async def _delete_ids(self, conn: AsyncConnection, ids: Sequence[str]) -> int:
+        t, k = self.messages, self.marks
+        deleted = 0
+        for chunk in _chunks(ids):
+            await conn.execute(sa.delete(k).where(self._where(k), k.c.msg_id.in_(chunk)))
+            res = await conn.execute(sa.delete(t).where(self._where(t), t.c.msg_id.in_(chunk)))
+            deleted += res.rowcount
+        return deleted
+
+    async def delete(self, ids: str | Iterable[str]) -> int:
+        id_list = list(dict.fromkeys(normalize_ids(ids)))
+        if not id_list:
+            return 0
+
+        async def work(conn: AsyncConnection) -> int:
+            return await self._delete_ids(conn, id_list)
+
+        return await self._run(work, write=True, what="delete")
+
+    async def delete_by_mark(self, marks: Marks) -> int:
+        mark_list = normalize_marks(marks)
+        if not mark_list:
+            return 0
+        k = self.marks
+
+        async def work(conn: AsyncConnection) -> int:
+            rows = await conn.execute(
+                sa.select(k.c.msg_id).distinct().where(self._where(k), k.c.mark.in_(mark_list))
+            )
+            return await self._delete_ids(conn, [r[0] for r in rows])
+
+        return await self._run(work, write=True, what="delete_by_mark")
+
+    async def update_marks(
+        self,
+        ids: str | Iterable[str] | None = None,
+        *,
+        add: Marks = None,
+        remove: Marks = None,
+    ) -> int:
+        to_add, to_remove = normalize_marks(add), normalize_marks(remove)
+        for m in to_add:
+            _check_key("a mark", m)
+        id_list = None if ids is None else list(dict.fromkeys(normalize_ids(ids)))
+        t, k = self.messages, self.marks
+
+        async def work(conn: AsyncConnection) -> int:
+            if id_list is None:
+                rows = await conn.execute(sa.select(t.c.msg_id).where(self._where(t)))
+                targets = [r[0] for r in rows]
+            else:
+                found = await self._existing(conn, id_list)
+                targets = [i for i in id_list if i in found]
+            if not targets:
+                return 0
+            remove_only = [m for m in to_remove if m not in to_add]
+            if remove_only:
+                cond = [self._where(k), k.c.mark.in_(remove_only)]
+                if id_list is None:
+                    await conn.execute(sa.delete(k).where(*cond))
+                else:
+                    for chunk in _chunks(targets):
+                        await conn.execute(sa.delete(k).where(*cond, k.c.msg_id.in_(chunk)))
+            if to_add:
+                have: set[tuple[str, str]] = set()
+                for chunk in _chunks(targets):
+                    rows = await conn.execute(
+                        sa.select(k.c.msg_id, k.c.mark).where(
+                            self._where(k), k.c.mark.in_(to_add), k.c.msg_id.in_(chunk)
+                        )
+                    )
+                    have.update((r[0], r[1]) for r in rows)
+                missing = [
+                    row
+                    for row in self._mark_rows(targets, to_add)
+                    if (row["msg_id"], row["mark"]) not in have
+                ]
+                if missing:
+                    await conn.execute(sa.insert(k), missing)
+            return len(targets)
+
+        return await self._run(work, write=True, what="update_marks")
+
+    async def clear(self) -> None:
+        t, k = self.messages, self.marks
+
+        async def work(conn: AsyncConnection) -> None:
+            await conn.execute(sa.delete(k).where(self._where(k)))
+            await conn.execute(sa.delete(t).where(self._where(t)))
+
+        await self._run(work, write=True, what="clear")
+
+    # ------------------------------------------------------------------- reading
+    def _select(self, marks: Marks, exclude_marks: Marks) -> sa.Select[Any]:
+        t, k = self.messages, self.marks
+        want, skip = normalize_marks(marks), normalize_marks(exclude_marks)
+        stmt = sa.select(t.c.seq, t.c.msg_id, t.c.msg_json).where(self._where(t))
+        if want:
+            sub = sa.select(k.c.msg_id).where(self._where(k), k.c.mark.in_(want))
+            stmt = stmt.where(t.c.msg_id.in_(sub))
+        if skip:
+            sub = sa.select(k.c.msg_id).where(self._where(k), k.c.mark.in_(skip))
+            stmt = stmt.where(t.c.msg_id.not_in(sub))
+        return stmt
+
+    def _decode(self, msg_id: str, data: Any, on_corrupt: OnCorrupt) -> Msg | None:
+        try:
+            return Msg.model_validate_json(data)
+        except ValueError as exc:  # pydantic.ValidationError
+            lines = str(exc).strip().splitlines()
+            self._report_corrupt(msg_id, lines[0][:200] if lines else repr(exc), on_corrupt)
+            return None
+
+    async def get(
+        self,
+        *,
+        last_n: int | None = None,
+        marks: Marks = None,
+        exclude_marks: Marks = None,
+        on_corrupt: OnCorrupt = "skip",
+    ) -> list[Msg]:
+        if last_n is not None and last_n <= 0:
+            return []
+        stmt = self._select(marks, exclude_marks)
+        seq = self.messages.c.seq
+        stmt = stmt.order_by(seq) if last_n is None else stmt.order_by(seq.desc()).limit(last_n)
+
+        async def work(conn: AsyncConnection) -> list[Any]:
+            return list(await conn.execute(stmt))
+
+        rows = await self._run(work, write=False, what="get")
+        if last_n is not None:
+            rows.reverse()
+        out: list[Msg] = []
+        for _, msg_id, data in rows:
+            msg = self._decode(msg_id, data, on_corrupt)
+            if msg is not None:
+                out.append(msg)
+        return out
+
+    async def get_marks(self, msg_id: str) -> list[str] | None:
+        t, k = self.messages, self.marks
+        stmt = (
+            sa.select(t.c.msg_id, k.c.mark)
+            .select_from(
+                t.outerjoin(
+                    k,
+                    sa.and_(
+                        k.c.user_id == t.c.user_id,
+                        k.c.session_id == t.c.session_id,
+                        k.c.msg_id == t.c.msg_id,
+                    ),
+                )
+            )
+            .where(self._where(t), t.c.msg_id == msg_id)
+        )
+
+        async def work(conn: AsyncConnection) -> list[Any]:
+            return list(await conn.execute(stmt))
+
+        rows = await self._run(work, write=False, what="get_marks")
+        if not rows:
+            return None
+        return sorted(r[1] for r in rows if r[1] is not None)
+
+    async def size(self) -> int:
+        t = self.messages
+        stmt = sa.select(sa.func.count()).select_from(t).where(self._where(t))
+
+        async def work(conn: AsyncConnection) -> int:
+            return int((await conn.execute(stmt)).scalar_one())
+
+        return await self._run(work, write=False, what="size")
+
+    async def export_state(self) -> MemoryState:
+        """The whole session with marks in two queries of one transaction."""
+        t, k = self.messages, self.marks
+
+        async def work(conn: AsyncConnection) -> tuple[list[Any], list[Any]]:
+            msgs = list(
+                await conn.execute(
+                    sa.select(t.c.msg_id, t.c.msg_json).where(self._where(t)).order_by(t.c.seq)
+                )
+            )
+            marks = list(await conn.execute(sa.select(k.c.msg_id, k.c.mark).where(self._where(k))))
+            return msgs, marks
+
+        rows, mark_rows = await self._run(work, write=False, what="export_state")
+        by_id: dict[str, list[str]] = {}
+        for msg_id, mark in mark_rows:
+            by_id.setdefault(msg_id, []).append(mark)
+        entries = []
+        for msg_id, data in rows:
+            msg = self._decode(msg_id, data, "raise")
+            assert msg is not None
+            entries.append(StoredMsg(msg=msg, marks=sorted(by_id.get(msg_id, []))))
+        return MemoryState(user_id=self.user_id, session_id=self.session_id, messages=entries)
+
+    # ----------------------------------------------------------------- lifecycle
+    async def aclose(self) -> None:
+        """Dispose of the engine if this object created it."""
+        if self._owns_engine:
+            await self.engine.dispose()

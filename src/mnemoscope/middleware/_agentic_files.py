@@ -1,0 +1,277 @@
+"""Agentic memory on disk: memory files with YAML frontmatter and the ``MEMORY.md`` index.
+
+Pure functions (no I/O) shared by the middleware, the ``mnemoscope memory`` CLI and the
+benchmark. A memory file looks like::
+
+    ---
+    name: User profile
+    description: When the answer depends on where the user lives or how they like answers
+    type: user
+    ---
+
+    Lives in Hangzhou; prefers concise answers in Chinese.
+
+and ``MEMORY.md`` holds one line per memory: ``- [User profile](user_profile.md) — hook``.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+INDEX_FILENAME = "MEMORY.md"
+"""The index file inside the memory directory."""
+
+MEMORY_DIRNAME = "Memory"
+"""The memory directory inside the workdir."""
+
+MEMORY_TYPES = ("user", "feedback", "project", "reference")
+"""Allowed values of the ``type`` field."""
+
+REQUIRED_FIELDS = ("name", "description", "type")
+
+_FRONTMATTER_RE = re.compile(r"\A\ufeff?\s*---[ \t]*\r?\n(?P<fm>.*?)(?:\r?\n)?^---[ \t]*(?:\r?\n|\Z)", re.S | re.M)
+_LOOSE_FIELD_RE = re.compile(r"^(?P<key>[A-Za-z_][\w-]*)\s*:\s*(?P<value>.*)$")
+_INDEX_LINE_RE = re.compile(
+    r"^\s*[-*+]\s*\[(?P<title>[^\]]*)\]\((?P<target>[^)\s]+)\)\s*(?:[—–:-]+\s*(?P<hook>.*))?$"
+)
+
+
+# --------------------------------------------------------------------------- files
+@dataclass
+class MemoryFile:
+    """One memory file, parsed.
+
+    Attributes:
+        filename: path relative to the memory directory, with ``/`` separators.
+        path: the file's path in the backend.
+        name / description / type: frontmatter fields (``None`` when missing).
+        body: the Markdown after the frontmatter.
+        mtime: modification time (Unix seconds), ``None`` when the backend has none.
+        size: size in bytes.
+        errors: why the file is invalid (it is then left out of retrieval).
+        warnings: problems that do not stop retrieval (e.g. YAML that needed a lenient parse).
+    """
+
+    filename: str
+    path: str
+    name: str | None = None
+    description: str | None = None
+    type: str | None = None
+    body: str = ""
+    mtime: float | None = None
+    size: int = 0
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return not self.errors
+
+    def age(self, now: float | None = None) -> str:
+        """Human age: ``today``, ``yesterday``, ``12 days ago`` or ``unknown``."""
+        return format_age(self.mtime, now)
+
+
+def format_age(mtime: float | None, now: float | None = None) -> str:
+    if mtime is None:
+        return "unknown"
+    days = max(0, int(((now or time.time()) - mtime) // 86_400))
+    return "today" if days == 0 else "yesterday" if days == 1 else f"{days} days ago"
+
+
+def parse_frontmatter(text: str) -> tuple[dict[str, Any], str, list[str], list[str]]:
+    """Split a memory file into ``(fields, body, errors, warnings)``.
+
+    YAML is parsed with ``yaml.safe_load``. Models often write an unquoted colon in a
+    description (``description: When asked: ...``), which is not valid YAML; such a block
+    is re-read as plain ``key: value`` lines and a warning is recorded instead of an error.
+    """
+    m = _FRONTMATTER_RE.match(text)
+    if m is None:
+        return {}, text, ["no frontmatter: the file must start with a '---' line"], []
+    raw = m.group("fm")
+    body = text[m.end() :].lstrip("\r\n")
+    warnings: list[str] = []
+    try:
+        loaded = yaml.safe_load(raw) if raw.strip() else {}
+    except yaml.YAMLError as exc:
+        loose = _loose_fields(raw)
+        if not loose:
+            first = str(exc).splitlines()[0]
+            return {}, body, [f"frontmatter is not valid YAML: {first}"], []
+        warnings.append("frontmatter is not valid YAML (read line by line; quote values with ':')")
+        loaded = loose
+    if not isinstance(loaded, dict):
+        return {}, body, ["frontmatter must be a mapping of 'key: value' lines"], warnings
+    return loaded, body, [], warnings
+
+
+def _loose_fields(raw: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in raw.splitlines():
+        m = _LOOSE_FIELD_RE.match(line.strip())
+        if m:
+            out[m.group("key")] = m.group("value").strip().strip("'\"")
+    return out
+
+
+def parse_memory_file(
+    filename: str, path: str, text: str, *, mtime: float | None = None, size: int | None = None
+) -> MemoryFile:
+    """Parse and validate one memory file (see :class:`MemoryFile`)."""
+    fields, body, errors, warnings = parse_frontmatter(text)
+    mf = MemoryFile(
+        filename=filename,
+        path=path,
+        body=body,
+        mtime=mtime,
+        size=len(text.encode("utf-8")) if size is None else size,
+        errors=errors,
+        warnings=warnings,
+    )
+    if errors:
+        return mf
+    for key in REQUIRED_FIELDS:
+        value = fields.get(key)
+        if value is None or (isinstance(value, str) and not value.strip()):
+            mf.errors.append(f"missing field {key!r}")
+            continue
+        if not isinstance(value, str | int | float):
+            mf.errors.append(f"field {key!r} must be a single line of text")
+            continue
+        setattr(mf, key, " ".join(str(value).split()))
+    if mf.type is not None and mf.type not in MEMORY_TYPES:
+        mf.errors.append(f"type {mf.type!r} is not one of {', '.join(MEMORY_TYPES)}")
+    return mf
+
+
+def render_memory_file(name: str, description: str, memory_type: str, body: str) -> str:
+    """The text of a memory file (values quoted so any character round-trips)."""
+    fm = yaml.safe_dump(
+        {"name": name, "description": description, "type": memory_type},
+        sort_keys=False,
+        allow_unicode=True,
+        width=10_000,
+    )
+    return f"---\n{fm}---\n\n{body.strip()}\n"
+
+
+# --------------------------------------------------------------------------- index
+@dataclass(frozen=True)
+class IndexEntry:
+    """One ``- [Title](file.md) — hook`` line of ``MEMORY.md``."""
+
+    lineno: int
+    title: str
+    target: str
+    """The linked file, normalised relative to the memory directory."""
+    hook: str
+    raw: str
+
+
+def normalize_target(target: str) -> str:
+    target = target.strip().split("#", 1)[0]
+    if target.startswith("<") and target.endswith(">"):
+        target = target[1:-1]
+    return posixpath.normpath(target).lstrip("/") if target else target
+
+
+def parse_index(text: str) -> list[IndexEntry]:
+    """Entries of ``MEMORY.md`` (lines that are not entries are skipped)."""
+    out = []
+    for i, line in enumerate(text.splitlines(), start=1):
+        m = _INDEX_LINE_RE.match(line)
+        if m:
+            out.append(
+                IndexEntry(
+                    lineno=i,
+                    title=m.group("title").strip(),
+                    target=normalize_target(m.group("target")),
+                    hook=(m.group("hook") or "").strip(),
+                    raw=line,
+                )
+            )
+    return out
+
+
+def index_line(mf: MemoryFile) -> str:
+    """The index line for a memory file: ``- [name](file.md) — description``."""
+    title = (mf.name or posixpath.splitext(posixpath.basename(mf.filename))[0]).replace("]", ")")
+    hook = mf.description or (mf.body.strip().splitlines() or [""])[0][:150]
+    return f"- [{title}]({mf.filename}) — {hook}".rstrip(" —")
+
+
+@dataclass
+class IndexView:
+    """The part of ``MEMORY.md`` that fits the prompt budget.
+
+    Attributes:
+        text: the lines shown, joined.
+        total_lines: lines in the whole index.
+        shown_lines: lines shown (the first ``shown_lines``).
+        omitted: entries left out (lines after ``shown_lines``).
+        omitted_other_lines: non-entry lines left out.
+        tokens: tokens of ``text``.
+        cut_by: ``"lines"``, ``"tokens"`` or ``None`` when everything fits.
+    """
+
+    text: str
+    total_lines: int
+    shown_lines: int
+    omitted: list[IndexEntry]
+    omitted_other_lines: int
+    tokens: int
+    cut_by: str | None
+
+    @property
+    def truncated(self) -> bool:
+        return self.cut_by is not None
+
+
+def bound_index(
+    text: str, *, max_lines: int, max_tokens: int, count_tokens: Callable[[str], int]
+) -> IndexView:
+    """Keep the leading lines of the index that fit both budgets (whole lines only)."""
+    lines = text.rstrip("\n").splitlines() if text.strip() else []
+    shown: list[str] = []
+    tokens = 0
+    cut_by: str | None = None
+    for line in lines:
+        if len(shown) >= max_lines:
+            cut_by = "lines"
+            break
+        cost = count_tokens(line) + 1
+        if tokens + cost > max_tokens:
+            cut_by = "tokens"
+            break
+        shown.append(line)
+        tokens += cost
+    rest = "\n".join(lines[len(shown) :])
+    omitted = [
+        IndexEntry(e.lineno + len(shown), e.title, e.target, e.hook, e.raw) for e in parse_index(rest)
+    ]
+    return IndexView(
+        text="\n".join(shown),
+        total_lines=len(lines),
+        shown_lines=len(shown),
+        omitted=omitted,
+        omitted_other_lines=len(lines) - len(shown) - len(omitted),
+        tokens=tokens,
+        cut_by=cut_by,
+    )
+
+
+def add_index_lines(index_text: str, lines: Iterable[str]) -> str:
+    """``index_text`` with ``lines`` appended (one per line, a final newline kept)."""
+    body = index_text.rstrip("\n")
+    extra = "\n".join(lines)
+    if not extra:
+        return index_text
+    return f"{body}\n{extra}\n" if body else f"{extra}\n"
