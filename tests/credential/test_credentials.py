@@ -70,7 +70,9 @@ def test_secret_never_shown(cls: type[CredentialBase], env_var: str) -> None:
 def test_dashscope_defaults_to_compatible_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
     assert DashScopeCredential(api_key=SECRET).base_url == DASHSCOPE_BASE_URL
     assert DASHSCOPE_BASE_URL == "https://dashscope.aliyuncs.com/compatible-mode/v1"
-    monkeypatch.setenv("DASHSCOPE_BASE_URL", "https://dashscope-intl.aliyuncs.com/compatible-mode/v1")
+    monkeypatch.setenv(
+        "DASHSCOPE_BASE_URL", "https://dashscope-intl.aliyuncs.com/compatible-mode/v1"
+    )
     assert "intl" in (DashScopeCredential(api_key=SECRET).base_url or "")
     assert DashScopeCredential(api_key=SECRET, base_url="http://x/v1").base_url == "http://x/v1"
 
@@ -93,4 +95,4 @@ def test_openai_missing_key_mentions_local_servers() -> None:
 def test_credentials_are_frozen() -> None:
     cred = OpenAICredential(api_key=SECRET)
     with pytest.raises(Exception, match="frozen"):
-        cred.base_url = "http://elsewhere"  # type: ignore[misc]
+        cred.base_url = "http://elsewhere"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from mnemoscope.message import (
     AssistantMsg,
     Base64Source,
@@ -39,7 +41,7 @@ def test_no_system_gives_none() -> None:
 
 
 def test_tool_use_and_result_blocks() -> None:
-    system, turns = format_anthropic_messages(
+    _, turns = format_anthropic_messages(
         [
             UserMsg("a", "weather?"),
             AssistantMsg(
@@ -178,17 +180,48 @@ def test_parse_response() -> None:
 
 def test_stream_accumulator() -> None:
     acc = AnthropicStreamAccumulator()
-    events = [
-        {"type": "message_start", "message": {"id": "msg_2", "model": "c", "usage": {"input_tokens": 9, "output_tokens": 1}}},
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}},
-        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "a"}},
+    events: list[dict[str, Any]] = [
+        {
+            "type": "message_start",
+            "message": {
+                "id": "msg_2",
+                "model": "c",
+                "usage": {"input_tokens": 9, "output_tokens": 1},
+            },
+        },
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "thinking", "thinking": ""},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "thinking_delta", "thinking": "a"},
+        },
         {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
         {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "Hel"}},
         {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "lo"}},
-        {"type": "content_block_start", "index": 2, "content_block": {"type": "tool_use", "id": "t1", "name": "f", "input": {}}},
-        {"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": '{"q": '}},
-        {"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": '"x"}'}},
-        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 12}},
+        {
+            "type": "content_block_start",
+            "index": 2,
+            "content_block": {"type": "tool_use", "id": "t1", "name": "f", "input": {}},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 2,
+            "delta": {"type": "input_json_delta", "partial_json": '{"q": '},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 2,
+            "delta": {"type": "input_json_delta", "partial_json": '"x"}'},
+        },
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "tool_use"},
+            "usage": {"output_tokens": 12},
+        },
         {"type": "message_stop"},
     ]
     deltas = [d for e in events for d in acc.feed(e)]

@@ -181,7 +181,9 @@ def test_raw_arguments_are_sent_back_verbatim() -> None:
 
 def test_tools_and_tool_choice() -> None:
     schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
-    tools = format_openai_tools([{"name": "search", "description": "Search.", "input_schema": schema}])
+    tools = format_openai_tools(
+        [{"name": "search", "description": "Search.", "input_schema": schema}]
+    )
     assert tools == [
         {
             "type": "function",
@@ -266,7 +268,11 @@ def test_stream_accumulator_joins_fragments() -> None:
     acc = OpenAIStreamAccumulator()
 
     def chunk(delta: dict, finish: str | None = None) -> dict:
-        return {"id": "s1", "model": "m", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return {
+            "id": "s1",
+            "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
 
     deltas = []
     for c in [
@@ -275,9 +281,22 @@ def test_stream_accumulator_joins_fragments() -> None:
         chunk({"reasoning_content": "see"}),
         chunk({"content": "Sure"}),
         chunk({"content": ", calling."}),
-        chunk({"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "f", "arguments": ""}}]}),
+        chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "f", "arguments": ""},
+                    }
+                ]
+            }
+        ),
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"a": '}}]}),
-        chunk({"tool_calls": [{"index": 1, "id": "c2", "function": {"name": "g", "arguments": "{}"}}]}),
+        chunk(
+            {"tool_calls": [{"index": 1, "id": "c2", "function": {"name": "g", "arguments": "{}"}}]}
+        ),
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}),
         chunk({}, "tool_calls"),
         {"id": "s1", "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 7}},
@@ -285,7 +304,9 @@ def test_stream_accumulator_joins_fragments() -> None:
         deltas.extend(acc.feed(c))
     final = acc.finish()
     assert "".join(d.delta for d in deltas if d.kind == "text") == final.text == "Sure, calling."
-    assert "".join(d.delta for d in deltas if d.kind == "thinking") == final.thinking == "let me see"
+    assert (
+        "".join(d.delta for d in deltas if d.kind == "thinking") == final.thinking == "let me see"
+    )
     assert [(u.id, u.name, u.input) for u in final.tool_uses] == [
         ("c1", "f", {"a": 1}),
         ("c2", "g", {}),

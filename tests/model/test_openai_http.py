@@ -34,7 +34,9 @@ async def server() -> AsyncIterator[OpenAICompatServer]:
 
 
 @pytest.fixture(params=["openai", "dashscope"])
-async def model(request: pytest.FixtureRequest, server: OpenAICompatServer) -> AsyncIterator[OpenAIChatModel]:
+async def model(
+    request: pytest.FixtureRequest, server: OpenAICompatServer
+) -> AsyncIterator[OpenAIChatModel]:
     if request.param == "openai":
         m: OpenAIChatModel = OpenAIChatModel(
             "gpt-test", api_key=KEY, base_url=server.base_url, max_retries=0
@@ -101,7 +103,9 @@ async def test_invalid_tool_arguments_are_kept_raw(
     assert use.input == {RAW_ARGUMENTS_KEY: '{"city": Paris}'}
 
 
-async def test_reasoning_becomes_thinking(model: OpenAIChatModel, server: OpenAICompatServer) -> None:
+async def test_reasoning_becomes_thinking(
+    model: OpenAIChatModel, server: OpenAICompatServer
+) -> None:
     server.queue(ServerReply(text="4", reasoning="2 + 2 = 4"))
     response = await model([UserMsg("a", "2+2?")])
     assert (response.thinking, response.text) == ("2 + 2 = 4", "4")
@@ -175,7 +179,9 @@ async def test_structured_output_retries_with_the_error(
     assert "celsius" in retry_messages[-1]["content"]  # the validation error was shown
 
 
-async def test_structured_output_gives_up(model: OpenAIChatModel, server: OpenAICompatServer) -> None:
+async def test_structured_output_gives_up(
+    model: OpenAIChatModel, server: OpenAICompatServer
+) -> None:
     server.queue("no idea", "still no idea")
     with pytest.raises(ValidationError, match="Weather"):
         await model.generate_structured_output([UserMsg("a", "Rome?")], Weather, retries=1)
@@ -205,7 +211,7 @@ async def test_streaming_http_error(model: OpenAIChatModel, server: OpenAICompat
 
 async def test_wrong_key_is_reported(server: OpenAICompatServer) -> None:
     model = OpenAIChatModel("m", api_key="wrong", base_url=server.base_url, max_retries=0)
-    with pytest.raises(ModelCallError, match="401.*check the API key"):
+    with pytest.raises(ModelCallError, match=r"401.*check the API key"):
         await model([UserMsg("a", "hi")])
     await model.aclose()
 

@@ -35,6 +35,7 @@ class BuiltContext:
 
     messages: list[Msg]
     tokens: int
+    """Tokens of the input, or -1 when no budget was set (nothing was counted)."""
     dropped: list[Msg] = field(default_factory=list)
     dropped_tokens: int = 0
 
@@ -51,6 +52,7 @@ class ContextBuilder:
         self.max_tokens = max_tokens
         self._count = token_counter or count_tokens
         self._cache: dict[str, int] = {}
+        self._last_prompt: tuple[str | None, int] = (None, 0)
 
     def msg_tokens(self, msg: Msg) -> int:
         """Tokens of one message (cached by id: stored messages do not change)."""
@@ -61,6 +63,12 @@ class ContextBuilder:
                 self._cache.clear()
             self._cache[msg.id] = cached
         return cached
+
+    def _prompt_tokens(self, prompt: str) -> int:
+        # the prompt is stable within a reply (and usually across replies): count it once
+        if self._last_prompt[0] != prompt:
+            self._last_prompt = (prompt, self._count(prompt))
+        return self._last_prompt[1]
 
     def build(
         self,
@@ -73,7 +81,11 @@ class ContextBuilder:
     ) -> BuiltContext:
         system = SystemMsg(system_prompt)
         fixed = [*injected, current, *transcript]
-        fixed_tokens = PER_MESSAGE_OVERHEAD + self._count(system_prompt) + sum(
+        if self.max_tokens is None:
+            # no budget: nothing to count, nothing to drop
+            clean = sanitize_history(history)
+            return BuiltContext([system, *clean, *fixed], tokens=-1)
+        fixed_tokens = PER_MESSAGE_OVERHEAD + self._prompt_tokens(system_prompt) + sum(
             self.msg_tokens(m) for m in fixed
         )
         groups = _group(sanitize_history(history))

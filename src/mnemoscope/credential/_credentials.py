@@ -17,7 +17,7 @@ from the provider's environment variable, and when neither is set a
 from __future__ import annotations
 
 import os
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, SecretStr, model_validator
 
@@ -44,6 +44,12 @@ class CredentialBase(BaseModel):
 
     api_key: SecretStr
     base_url: str | None = None
+
+    if TYPE_CHECKING:  # the key is optional for callers: it is read from the environment
+
+        def __init__(
+            self, *, api_key: str | SecretStr | None = None, base_url: str | None = None
+        ) -> None: ...
 
     @model_validator(mode="before")
     @classmethod
@@ -94,6 +100,16 @@ class OpenAICredential(CredentialBase):
 
     organization: str | None = None
 
+    if TYPE_CHECKING:
+
+        def __init__(
+            self,
+            *,
+            api_key: str | SecretStr | None = None,
+            base_url: str | None = None,
+            organization: str | None = None,
+        ) -> None: ...
+
     @model_validator(mode="after")
     def _org_from_env(self) -> OpenAICredential:
         if self.organization is None and os.environ.get("OPENAI_ORG_ID"):
@@ -120,6 +136,12 @@ class DashScopeCredential(CredentialBase):
     default_base_url: ClassVar[str | None] = DASHSCOPE_BASE_URL
     provider: ClassVar[str] = "dashscope"
 
+    if TYPE_CHECKING:
+
+        def __init__(
+            self, *, api_key: str | SecretStr | None = None, base_url: str | None = None
+        ) -> None: ...
+
 
 class AnthropicCredential(CredentialBase):
     """Credentials for the Anthropic Messages API.
@@ -132,3 +154,9 @@ class AnthropicCredential(CredentialBase):
     env_var: ClassVar[str] = "ANTHROPIC_API_KEY"
     base_url_env_var: ClassVar[str | None] = "ANTHROPIC_BASE_URL"
     provider: ClassVar[str] = "anthropic"
+
+    if TYPE_CHECKING:
+
+        def __init__(
+            self, *, api_key: str | SecretStr | None = None, base_url: str | None = None
+        ) -> None: ...

@@ -84,9 +84,8 @@ class LocalEmbeddingModel(EmbeddingModelBase):
                 return self._model
             st = require("sentence_transformers", extra="local", feature="LocalEmbeddingModel")
             model = st.SentenceTransformer(self.path, device=self.device, local_files_only=True)
-            get_dim = getattr(model, "get_embedding_dimension", None) or getattr(
-                model, "get_sentence_embedding_dimension"
-            )
+            get_dim = getattr(model, "get_embedding_dimension", None)
+            get_dim = get_dim or model.get_sentence_embedding_dimension
             actual = get_dim()
             if actual is not None and actual != self.dimensions:
                 raise UserError(

@@ -18,7 +18,7 @@ from typing import Any
 
 import openai
 
-from mnemoscope.credential import OpenAICredential
+from mnemoscope.credential import CredentialBase, OpenAICredential
 from mnemoscope.embedding._base import EmbeddingModelBase
 from mnemoscope.errors import ModelCallError, UserError
 from mnemoscope.model._openai import DEFAULT_TIMEOUT, model_call_error
@@ -50,13 +50,13 @@ class OpenAIEmbeddingModel(EmbeddingModelBase):
     """
 
     provider = "openai"
-    credential_class: Any = OpenAICredential
+    credential_class: type[CredentialBase] = OpenAICredential
 
     def __init__(
         self,
         model: str = "text-embedding-3-small",
         dimensions: int = 1536,
-        credential: OpenAICredential | None = None,
+        credential: CredentialBase | None = None,
         *,
         api_key: str | None = None,
         base_url: str | None = None,
@@ -79,7 +79,7 @@ class OpenAIEmbeddingModel(EmbeddingModelBase):
         )
         self._owns_client = client is None
         if client is not None:
-            self.base_url = str(client.base_url)
+            self.base_url: str | None = str(client.base_url)
             self._client = client
             return
         if credential is None:

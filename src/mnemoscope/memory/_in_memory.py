@@ -29,7 +29,9 @@ class InMemoryMemory(MemoryBase):
     """Messages in a dict keyed by id (insertion-ordered) plus a mark -> ids index.
 
     ``add`` is O(1) per message whatever the session length; filtering by mark touches
-    only the messages carrying that mark.
+    only the messages carrying that mark. :meth:`get` returns the stored objects without
+    copying them (as AgentScope does): treat them as read-only, or
+    ``msg.model_copy(deep=True)`` before changing one.
     """
 
     def __init__(self, *, user_id: str = "default", session_id: str = "default") -> None:
@@ -65,7 +67,11 @@ class InMemoryMemory(MemoryBase):
             else:
                 self._seq[msg.id] = next(self._counter)
                 added += 1
-            self._msgs[msg.id] = msg.model_copy(deep=True)
+            # the content list and metadata dict are copied so that later appends by
+            # the caller do not leak in; blocks are shared (a deep copy costs 10x more)
+            self._msgs[msg.id] = msg.model_copy(
+                update={"content": list(msg.content), "metadata": dict(msg.metadata)}
+            )
             self._set_marks(msg.id, set(mark_list))
         return added
 
@@ -140,7 +146,7 @@ class InMemoryMemory(MemoryBase):
         selected = list(ordered)
         if last_n is not None:
             selected = selected[-last_n:] if last_n > 0 else []
-        return [self._msgs[i].model_copy(deep=True) for i in selected]
+        return [self._msgs[i] for i in selected]
 
     async def get_marks(self, msg_id: str) -> list[str] | None:
         marks = self._marks.get(msg_id)

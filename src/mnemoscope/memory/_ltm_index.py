@@ -64,6 +64,33 @@ class UserMatrix:
             keep &= self.run_ids == run_id
         return np.asarray(keep, dtype=bool)
 
+    def extended(
+        self,
+        rows: list[tuple[int, Any]],
+        agent_id: str | None,
+        run_id: str | None,
+        expires: float | None,
+    ) -> UserMatrix:
+        """A copy with new active rows ``(rid, unit vector)`` appended."""
+        np = numpy()
+        n = len(rows)
+        extra_agents = np.empty(n, dtype=object)
+        extra_runs = np.empty(n, dtype=object)
+        extra_agents[:] = [agent_id] * n
+        extra_runs[:] = [run_id] * n
+        return UserMatrix(
+            rids=np.concatenate([self.rids, np.array([r for r, _ in rows], dtype=np.int64)]),
+            agent_ids=np.concatenate([self.agent_ids, extra_agents]),
+            run_ids=np.concatenate([self.run_ids, extra_runs]),
+            active=np.concatenate([self.active, np.ones(n, dtype=bool)]),
+            expires=np.concatenate(
+                [self.expires, np.full(n, np.inf if expires is None else expires)]
+            ),
+            vectors=np.concatenate(
+                [self.vectors, np.stack([v for _, v in rows]).astype(np.float32)]
+            ),
+        )
+
 
 def load_user_matrix(conn: sqlite3.Connection, user_id: str, dimensions: int) -> UserMatrix:
     np = numpy()

@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -164,3 +167,62 @@ def scope_clause(
         parts.append(f"{alias}.run_id = ?")
         params.append(run_id)
     return " AND ".join(parts), params
+
+
+@dataclass
+class Pending:
+    """One memory about to be written."""
+
+    text: str
+    speaker: str = ""
+    context: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    occurred_at: datetime | None = None
+    supersedes: list[str] = field(default_factory=list)
+    vector: list[float] | None = None
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def embed_text(p: Pending) -> str:
+    return f"{p.speaker}: {p.text}" if p.speaker else p.text
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``: one write lock, all or nothing."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def remove_rows(conn: sqlite3.Connection, rids: Sequence[int]) -> None:
+    for start in range(0, len(rids), 500):
+        chunk = list(rids[start : start + 500])
+        marks = ",".join("?" * len(chunk))
+        conn.execute(f"DELETE FROM ltm_fts WHERE rowid IN ({marks})", chunk)
+        conn.execute(f"DELETE FROM ltm_memories WHERE rid IN ({marks})", chunk)
+
+
+def log_event(
+    conn: sqlite3.Connection,
+    memory_id: str,
+    user_id: str,
+    event: str,
+    old: str | None,
+    new: str | None,
+    reason: str | None,
+    at: str,
+) -> None:
+    conn.execute(
+        "INSERT INTO ltm_history (memory_id, user_id, event, old_content, new_content, reason, "
+        "at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (memory_id, user_id, event, old, new, reason, at),
+    )

@@ -15,8 +15,7 @@ from datetime import UTC, datetime
 # English function words. BM25 already gives them a low IDF, but with the query terms
 # OR-ed a question such as "What did she do in May?" would otherwise match every row
 # through "what", "did" and "she" and crowd out rows that share only its rare words.
-STOPWORDS: frozenset[str] = frozenset(
-    """
+_STOPWORD_TEXT = """
     a about above after again against all am an and any are aren as at be because been
     before being below between both but by can could couldn d did didn do does doesn
     doing don down during each few for from further had hadn has hasn have haven having
@@ -28,8 +27,8 @@ STOPWORDS: frozenset[str] = frozenset(
     while who whom whose why will with won would wouldn y you your yours yourself
     yourselves also ever get got kind like likely many much one ones really say said
     something thing things way well
-    """.split()
-)
+"""
+STOPWORDS: frozenset[str] = frozenset(_STOPWORD_TEXT.split())
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _SPACE = re.compile(r"\s+")
@@ -96,9 +95,7 @@ def parse_when(value: object) -> datetime | None:
     return None
 
 
-def rrf(
-    rankings: Sequence[tuple[Sequence[int], float]], *, k: float
-) -> list[tuple[int, float]]:
+def rrf(rankings: Sequence[tuple[Sequence[int], float]], *, k: float) -> list[tuple[int, float]]:
     """Weighted reciprocal rank fusion.
 
     Each ranking (best first) with weight ``w`` gives the row at 0-based rank ``r`` the

@@ -16,8 +16,9 @@ Tables are created on first use:
     ``msg_id``, ``msg_json`` (exactly ``Msg.model_dump_json()``); unique
     ``(user_id, session_id, msg_id)``, index ``(user_id, session_id, seq)``.
 ``<prefix>_marks``
-    ``(user_id, session_id, msg_id, mark)`` primary key, index
-    ``(user_id, session_id, mark)``.
+    ``(user_id, session_id, msg_id, mark)`` primary key, ``seq`` (the message's, copied
+    so that reading by mark is one index range plus primary-key lookups), index
+    ``(user_id, session_id, mark, seq)``.
 
 Ids, user and session ids and marks are limited to 128 characters (MySQL index limits).
 
@@ -106,11 +107,20 @@ def make_tables(table_prefix: str) -> tuple[sa.Table, sa.Table]:
         sa.Column("session_id", _KEY, nullable=False),
         sa.Column("msg_id", _KEY, nullable=False),
         sa.Column("mark", _KEY, nullable=False),
+        sa.Column("seq", _SEQ, nullable=False),
         sa.PrimaryKeyConstraint("user_id", "session_id", "msg_id", "mark"),
-        sa.Index(f"{table_prefix}_mark_ix", "user_id", "session_id", "mark"),
+        sa.Index(f"{table_prefix}_mark_ix", "user_id", "session_id", "mark", "seq"),
         **opts,
     )
     return messages, marks
+
+
+def _dialect_insert(dialect: str, table: sa.Table) -> Any:
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert(table)
 
 
 def _chunks(items: Sequence[_T], size: int = _CHUNK) -> Iterator[Sequence[_T]]:
@@ -323,19 +333,44 @@ class AsyncSQLAlchemyMemory(MemoryBase):
                     raise _CommitFailedError(exc) from exc
             return result
 
-    async def _existing(self, conn: AsyncConnection, ids: Sequence[str]) -> set[str]:
+    async def _existing(self, conn: AsyncConnection, ids: Sequence[str]) -> dict[str, int]:
+        """msg_id -> seq of the stored ones among ``ids`` (unique-index lookups)."""
         t = self.messages
-        found: set[str] = set()
+        found: dict[str, int] = {}
         for chunk in _chunks(ids):
             rows = await conn.execute(
-                sa.select(t.c.msg_id).where(self._where(t), t.c.msg_id.in_(chunk))
+                sa.select(t.c.msg_id, t.c.seq).where(self._where(t), t.c.msg_id.in_(chunk))
             )
-            found.update(r[0] for r in rows)
+            found.update((r[0], r[1]) for r in rows)
         return found
 
-    def _mark_rows(self, ids: Iterable[str], marks: Iterable[str]) -> list[dict[str, str]]:
+    async def _insert(
+        self, conn: AsyncConnection, new: dict[str, str], *, skip_stored: bool, need_seq: bool
+    ) -> dict[str, int]:
+        """Insert messages in order; msg_id -> seq of those inserted.
+
+        With ``skip_stored`` ids already stored are skipped by the database itself
+        (``ON CONFLICT DO NOTHING``, PostgreSQL and SQLite only).
+        """
+        t = self.messages
         u, s = self.user_id, self.session_id
-        return [{"user_id": u, "session_id": s, "msg_id": i, "mark": m} for i in ids for m in marks]
+        rows = [{"user_id": u, "session_id": s, "msg_id": i, "msg_json": d} for i, d in new.items()]
+        if self._dialect in ("postgresql", "sqlite"):
+            ins = _dialect_insert(self._dialect, t)
+            if skip_stored:
+                ins = ins.on_conflict_do_nothing(index_elements=["user_id", "session_id", "msg_id"])
+            result = await conn.execute(ins.returning(t.c.msg_id, t.c.seq), rows)
+            return {r[0]: r[1] for r in result}
+        await conn.execute(sa.insert(t), rows)
+        return await self._existing(conn, list(new)) if need_seq else dict.fromkeys(new, 0)
+
+    def _mark_rows(self, seqs: dict[str, int], marks: Iterable[str]) -> list[dict[str, Any]]:
+        u, s = self.user_id, self.session_id
+        return [
+            {"user_id": u, "session_id": s, "msg_id": i, "mark": m, "seq": q}
+            for i, q in seqs.items()
+            for m in marks
+        ]
 
     # ------------------------------------------------------------------- writing
     async def add(
@@ -360,7 +395,18 @@ class AsyncSQLAlchemyMemory(MemoryBase):
             _check_key("a message id", msg.id)
             payload.append((msg.id, msg.model_dump_json()))
 
+        fast = on_duplicate == "ignore" and self._dialect in ("postgresql", "sqlite")
+
         async def work(conn: AsyncConnection) -> int:
+            if fast:  # one INSERT ... ON CONFLICT DO NOTHING RETURNING, no lookup first
+                first = dict(reversed(payload))  # a repeated id keeps its first content
+                first = {i: first[i] for i, _ in payload if i in first}
+                inserted = await self._insert(
+                    conn, first, skip_stored=True, need_seq=bool(mark_list)
+                )
+                if mark_list and inserted:
+                    await conn.execute(sa.insert(self.marks), self._mark_rows(inserted, mark_list))
+                return len(inserted)
             existing = await self._existing(conn, [i for i, _ in payload])
             if on_duplicate == "error" and existing:
                 raise MemoryStoreError(
@@ -379,12 +425,9 @@ class AsyncSQLAlchemyMemory(MemoryBase):
                 else:
                     new[msg_id] = data
             u, s = self.user_id, self.session_id
+            seqs: dict[str, int] = {}
             if new:
-                rows = [
-                    {"user_id": u, "session_id": s, "msg_id": i, "msg_json": d}
-                    for i, d in new.items()
-                ]
-                await conn.execute(sa.insert(self.messages), rows)
+                seqs = await self._insert(conn, new, skip_stored=False, need_seq=bool(mark_list))
             if replace:
                 t = self.messages
                 stmt = (
@@ -402,10 +445,9 @@ class AsyncSQLAlchemyMemory(MemoryBase):
                 k = self.marks
                 for chunk in _chunks(list(replace)):
                     await conn.execute(sa.delete(k).where(self._where(k), k.c.msg_id.in_(chunk)))
-            if mark_list and (new or replace):
-                await conn.execute(
-                    sa.insert(self.marks), self._mark_rows([*new, *replace], mark_list)
-                )
+            seqs.update((i, existing[i]) for i in replace)
+            if mark_list and seqs:
+                await conn.execute(sa.insert(self.marks), self._mark_rows(seqs, mark_list))
             return len(new)
 
         return await self._run(work, write=True, idempotent=on_duplicate != "error", what="add")
@@ -458,11 +500,11 @@ class AsyncSQLAlchemyMemory(MemoryBase):
 
         async def work(conn: AsyncConnection) -> int:
             if id_list is None:
-                rows = await conn.execute(sa.select(t.c.msg_id).where(self._where(t)))
-                targets = [r[0] for r in rows]
+                rows = await conn.execute(sa.select(t.c.msg_id, t.c.seq).where(self._where(t)))
+                found = {r[0]: r[1] for r in rows}
             else:
                 found = await self._existing(conn, id_list)
-                targets = [i for i in id_list if i in found]
+            targets = list(found)
             if not targets:
                 return 0
             remove_only = [m for m in to_remove if m not in to_add]
@@ -484,7 +526,7 @@ class AsyncSQLAlchemyMemory(MemoryBase):
                     have.update((r[0], r[1]) for r in rows)
                 missing = [
                     row
-                    for row in self._mark_rows(targets, to_add)
+                    for row in self._mark_rows(found, to_add)
                     if (row["msg_id"], row["mark"]) not in have
                 ]
                 if missing:
@@ -508,11 +550,17 @@ class AsyncSQLAlchemyMemory(MemoryBase):
         want, skip = normalize_marks(marks), normalize_marks(exclude_marks)
         stmt = sa.select(t.c.seq, t.c.msg_id, t.c.msg_json).where(self._where(t))
         if want:
-            sub = sa.select(k.c.msg_id).where(self._where(k), k.c.mark.in_(want))
-            stmt = stmt.where(t.c.msg_id.in_(sub))
+            # driven from the (user, session, mark, seq) index, then primary-key lookups
+            wanted = sa.select(k.c.seq).where(self._where(k), k.c.mark.in_(want))
+            if len(want) > 1:
+                wanted = wanted.distinct()
+            sub = wanted.subquery("wanted")
+            stmt = sa.select(t.c.seq, t.c.msg_id, t.c.msg_json).join_from(
+                sub, t, t.c.seq == sub.c.seq
+            )
         if skip:
-            sub = sa.select(k.c.msg_id).where(self._where(k), k.c.mark.in_(skip))
-            stmt = stmt.where(t.c.msg_id.not_in(sub))
+            sub = sa.select(k.c.seq).where(self._where(k), k.c.mark.in_(skip))
+            stmt = stmt.where(t.c.seq.not_in(sub))
         return stmt
 
     def _decode(self, msg_id: str, data: Any, on_corrupt: OnCorrupt) -> Msg | None:

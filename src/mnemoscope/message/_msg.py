@@ -117,17 +117,17 @@ Content = str | list[Any] | BaseModel
 
 def UserMsg(name: str, content: Content, **kwargs: Any) -> Msg:  # noqa: N802 (seed API)
     """A message from a user: ``UserMsg("alice", "hello")``."""
-    return Msg(name=name, role="user", content=content, **kwargs)
+    return Msg(name=name, role="user", content=content, **kwargs)  # type: ignore[arg-type]  # coerced by validator
 
 
 def AssistantMsg(name: str, content: Content, **kwargs: Any) -> Msg:  # noqa: N802
     """A message from an assistant (or injected as one, e.g. ``name="memory"``)."""
-    return Msg(name=name, role="assistant", content=content, **kwargs)
+    return Msg(name=name, role="assistant", content=content, **kwargs)  # type: ignore[arg-type]  # coerced by validator
 
 
 def SystemMsg(content: Content, name: str = "system", **kwargs: Any) -> Msg:  # noqa: N802
     """A system message (instructions)."""
-    return Msg(name=name, role="system", content=content, **kwargs)
+    return Msg(name=name, role="system", content=content, **kwargs)  # type: ignore[arg-type]  # coerced by validator
 
 
 def as_msg(value: Msg | str, *, name: str = "user") -> Msg:

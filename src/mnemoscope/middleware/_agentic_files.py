@@ -36,10 +36,12 @@ MEMORY_TYPES = ("user", "feedback", "project", "reference")
 
 REQUIRED_FIELDS = ("name", "description", "type")
 
-_FRONTMATTER_RE = re.compile(r"\A\ufeff?\s*---[ \t]*\r?\n(?P<fm>.*?)(?:\r?\n)?^---[ \t]*(?:\r?\n|\Z)", re.S | re.M)
+_FRONTMATTER_RE = re.compile(
+    r"\A\ufeff?\s*---[ \t]*\r?\n(?P<fm>.*?)(?:\r?\n)?^---[ \t]*(?:\r?\n|\Z)", re.S | re.M
+)
 _LOOSE_FIELD_RE = re.compile(r"^(?P<key>[A-Za-z_][\w-]*)\s*:\s*(?P<value>.*)$")
 _INDEX_LINE_RE = re.compile(
-    r"^\s*[-*+]\s*\[(?P<title>[^\]]*)\]\((?P<target>[^)\s]+)\)\s*(?:[—–:-]+\s*(?P<hook>.*))?$"
+    r"^\s*[-*+]\s*\[(?P<title>[^\]]*)\]\((?P<target>[^)\s]+)\)\s*(?:[\u2014\u2013:-]+\s*(?P<hook>.*))?$"
 )
 
 
@@ -255,7 +257,8 @@ def bound_index(
         tokens += cost
     rest = "\n".join(lines[len(shown) :])
     omitted = [
-        IndexEntry(e.lineno + len(shown), e.title, e.target, e.hook, e.raw) for e in parse_index(rest)
+        IndexEntry(e.lineno + len(shown), e.title, e.target, e.hook, e.raw)
+        for e in parse_index(rest)
     ]
     return IndexView(
         text="\n".join(shown),

@@ -68,7 +68,7 @@ that a memory file changed since you read it, Read it again and redo your change
 Future conversations decide from the description alone whether to open a file. Say when it
 is needed, not what it is about:
 - weak: `Notes about answer style`
-- strong: `Before answering the user in any language or length, read this: their required answer style`
+- strong: `Read before choosing the language or length of an answer: the user's answer style`
 
 ## Using memories
 Open a memory when its index line fits the request, and always when the user asks you to
@@ -131,7 +131,9 @@ def render_index_section(
         )
         parts.append("\n".join(lines))
     if invalid:
-        lines = ["[Memory files with invalid frontmatter (left out of automatic retrieval; fix them):"]
+        lines = [
+            "[Memory files with invalid frontmatter (left out of automatic retrieval; fix them):"
+        ]
         for mf in invalid[:invalid_max]:
             lines.append(f"- {mf.filename}: {'; '.join(mf.errors)}")
         if len(invalid) > invalid_max:
@@ -143,7 +145,8 @@ def render_index_section(
 def render_manifest(files: Sequence[MemoryFile], now: float | None = None) -> str:
     """One line per file: ``- [type] file.md (saved 3 days ago): description``."""
     return "\n".join(
-        f"- [{mf.type or '?'}] {mf.filename} (saved {format_age(mf.mtime, now)}): {mf.description or ''}"
+        f"- [{mf.type or '?'}] {mf.filename} (saved {format_age(mf.mtime, now)}): "
+        f"{mf.description or ''}"
         for mf in files
     )
 
@@ -155,5 +158,8 @@ def render_hint(files: Sequence[tuple[MemoryFile, str]], now: float | None = Non
         "they are already shown here, no need to Read them):"
     ]
     for mf, content in files:
-        parts.append(f"<memory file=\"{mf.path}\" saved=\"{format_age(mf.mtime, now)}\">\n{content.strip()}\n</memory>")
+        parts.append(
+            f'<memory file="{mf.path}" saved="{format_age(mf.mtime, now)}">\n'
+            f"{content.strip()}\n</memory>"
+        )
     return "\n\n".join(parts)

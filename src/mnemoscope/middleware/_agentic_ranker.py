@@ -19,30 +19,50 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-_WORD_RE = re.compile(r"[0-9a-z\u00c0-\u024f]+|[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]+")
+_WORD_RE = re.compile(
+    r"[0-9a-z\u00c0-\u024f]+|[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]+"
+)
 _CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 
-STOPWORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been before
-    being below between both but by can could did do does doing down during each few for from
-    further had has have having he her here hers herself him himself his how i if in into is it
-    its itself just me more most my myself no nor not now of off on once only or other our ours
-    ourselves out over own same she should so some such than that the their theirs them
-    themselves then there these they this those through to too under until up very was we were
-    what when where which while who whom why will with would you your yours yourself
-    yourselves also get got s t don doesn didn i'm ve ll re d m o y""".split()
-)
+_STOPWORDS_TEXT = """a about above after again against all am an and any are as at be because
+been before being below between both but by can could did do does doing down during each few
+for from further had has have having he her here hers herself him himself his how i if in into
+is it its itself just me more most my myself no nor not now of off on once only or other our
+ours ourselves out over own same she should so some such than that the their theirs them
+themselves then there these they this those through to too under until up very was we were
+what when where which while who whom why will with would you your yours yourself yourselves
+also get got s t don doesn didn ve ll re d m o y"""
+STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
+
+
+_VOWELS = frozenset("aeiouy")
 
 
 def _stem(word: str) -> str:
-    # a deliberately light stemmer: plural / -ing / -ed forms meet their base word
-    for suffix, min_len in (("ies", 5), ("ing", 6), ("ed", 5), ("es", 5), ("s", 4)):
-        if word.endswith(suffix) and len(word) >= min_len:
-            if suffix == "ies":
-                return word[:-3] + "y"
-            if suffix == "s" and word.endswith("ss"):
-                return word
-            return word[: -len(suffix)]
+    """A light Porter-style stemmer: plural, -ed/-ing, final -e and -y forms meet.
+
+    ``lives``, ``lived``, ``living`` and ``live`` all become ``liv``; ``studies`` and
+    ``study`` become ``studi``; ``running`` and ``runs`` become ``run``.
+    """
+    if len(word) <= 3 or not word.isalpha():
+        return word
+    if word.endswith("sses"):
+        word = word[:-2]
+    elif word.endswith("ies"):
+        word = word[:-3] + "i"
+    elif word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+    for suffix in ("ing", "ed"):
+        stem = word[: -len(suffix)]
+        if word.endswith(suffix) and len(stem) >= 3 and _VOWELS & set(stem):
+            word = stem
+            if len(word) > 3 and word[-1] == word[-2] and word[-1] not in "lsz" + "aeiou":
+                word = word[:-1]
+            break
+    if word.endswith("y") and len(word) > 3 and word[-2] not in _VOWELS:
+        word = word[:-1] + "i"
+    if word.endswith("e") and len(word) > 3:
+        word = word[:-1]
     return word
 
 

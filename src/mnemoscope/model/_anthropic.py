@@ -8,7 +8,10 @@ Example::
     model = AnthropicChatModel("claude-sonnet-4-5")          # key from $ANTHROPIC_API_KEY
     thinking = AnthropicChatModel(
         "claude-sonnet-4-5",
-        generate_kwargs={"max_tokens": 8000, "thinking": {"type": "enabled", "budget_tokens": 4000}},
+        generate_kwargs={
+            "max_tokens": 8000,
+            "thinking": {"type": "enabled", "budget_tokens": 4000},
+        },
     )
     response = await model([UserMsg("alice", "Hello!")])
     await model.aclose()
@@ -84,7 +87,7 @@ class AnthropicChatModel(ChatModelBase):
         self._owns_client = client is None
         if client is not None:
             self.credential = credential
-            self.base_url = str(client.base_url)
+            self.base_url: str | None = str(client.base_url)
             self._client = client
             return
         if credential is None:

@@ -98,8 +98,7 @@ def format_anthropic_messages(
             )
             if text:
                 system_parts.append(text)
-            results = [_tool_result(b) for b in msg.content if isinstance(b, ToolResultBlock)]
-            add("user", results)
+            add("user", [_tool_result(b) for b in msg.content if isinstance(b, ToolResultBlock)])
             continue
         role = "assistant" if msg.role == "assistant" else "user"
         own: list[dict[str, Any]] = []

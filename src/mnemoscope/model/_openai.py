@@ -25,7 +25,7 @@ from typing import Any
 
 import openai
 
-from mnemoscope.credential import OpenAICredential
+from mnemoscope.credential import CredentialBase, OpenAICredential
 from mnemoscope.errors import ModelCallError, UserError
 from mnemoscope.message import Msg
 from mnemoscope.model._base import ChatModelBase, ToolSchema
@@ -70,7 +70,9 @@ def split_generate_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def model_call_error(provider: str, model: str, base_url: str | None, exc: Exception) -> ModelCallError:
+def model_call_error(
+    provider: str, model: str, base_url: str | None, exc: Exception
+) -> ModelCallError:
     """A :class:`ModelCallError` describing an SDK exception (status, provider, model)."""
     where = f"{provider} model {model!r}" + (f" at {base_url}" if base_url else "")
     status = getattr(exc, "status_code", None)
@@ -120,12 +122,12 @@ class OpenAIChatModel(ChatModelBase):
     """
 
     provider = "openai"
-    credential_class: type[OpenAICredential] | Any = OpenAICredential
+    credential_class: type[CredentialBase] = OpenAICredential
 
     def __init__(
         self,
         model: str,
-        credential: OpenAICredential | None = None,
+        credential: CredentialBase | None = None,
         *,
         api_key: str | None = None,
         base_url: str | None = None,
@@ -140,9 +142,7 @@ class OpenAIChatModel(ChatModelBase):
         if not model or not isinstance(model, str):
             raise UserError(f"{type(self).__name__} needs a model name, got model={model!r}")
         if credential is not None and api_key is not None:
-            raise UserError(
-                f"{type(self).__name__}: pass either credential= or api_key=, not both"
-            )
+            raise UserError(f"{type(self).__name__}: pass either credential= or api_key=, not both")
         if credential is not None and not isinstance(credential, self.credential_class):
             raise UserError(
                 f"{type(self).__name__} expects credential={self.credential_class.__name__}"
@@ -152,7 +152,7 @@ class OpenAIChatModel(ChatModelBase):
         self._owns_client = client is None
         if client is not None:
             self.credential = credential
-            self.base_url = str(client.base_url)
+            self.base_url: str | None = str(client.base_url)
             self._client = client
             return
         if credential is None:

@@ -1,9 +1,33 @@
-"""The permission engine: one :class:`PermissionContext` decides every tool call."""
+"""The permission engine: one :class:`PermissionContext` decides every tool call.
+
+Order of a decision (first match wins):
+
+1. every path is validated and resolved (``~``, relative, ``..``, symlinks); a NUL byte,
+   a control or bidi character, a look-alike of ``/`` or ``..``, or an over-long path
+   is denied;
+2. deny rules (matched case- and Unicode-insensitively, on the resolved and the lexical
+   path) deny, in every mode;
+3. ``BYPASS`` allows;
+4. a tool with ``auto_allow`` allows itself (it confines itself, e.g. memory tools);
+5. device files, FIFOs and sockets are denied;
+6. a path outside the working directories is denied -- reads too -- unless an allow
+   rule with a ``path`` pattern grants it;
+7. ``PLAN`` denies every tool that is not read-only;
+8. allow / ask rules apply;
+9. ``DEFAULT`` asks for writes inside the working directories;
+10. otherwise allow.
+
+The engine decides before the tool runs; file tools also pass :meth:`PermissionContext.roots`
+to their backend, which re-checks the real location of every file it opens, so a symlink
+swapped in between cannot lead outside.
+"""
 
 from __future__ import annotations
 
 import fnmatch
 import os
+import stat
+import unicodedata
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -16,19 +40,78 @@ from mnemoscope.permission._types import (
     PermissionRule,
 )
 
+MAX_PATH_BYTES = 4096
+MAX_NAME_BYTES = 255
+_BIDI = {chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F)}
 
-def resolve_path(path: str, cwd: str) -> Path:
-    """Resolve ``~``, relative parts and symlinks; raises ValueError on NUL bytes."""
-    if "\x00" in path:
-        raise ValueError("path contains a NUL byte")
-    p = Path(os.path.expanduser(path))
-    if not p.is_absolute():
-        p = Path(cwd) / p
-    return p.resolve(strict=False)
+
+def _check_component(part: str, raw: str) -> None:
+    if len(os.fsencode(part)) > MAX_NAME_BYTES:
+        raise ValueError(f"a path component is longer than {MAX_NAME_BYTES} bytes")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F or ch in _BIDI for ch in part):
+        raise ValueError("the path contains a control or bidirectional-override character")
+    folded = unicodedata.normalize("NFKC", part)
+    if folded != part and (folded in (".", "..") or "/" in folded or "\\" in folded):
+        raise ValueError(
+            f"the path component {part!r} imitates {folded!r} with look-alike characters"
+        )
+
+
+def resolve_path(path: str | os.PathLike[str], cwd: str) -> Path:
+    """Resolve ``~``, relative parts, ``..`` and symlinks into a real absolute path.
+
+    Raises:
+        ValueError: NUL byte, control/bidi characters, look-alikes of ``/`` or ``..``,
+            a path over 4096 bytes or a component over 255 bytes.
+    """
+    raw = os.fspath(path)
+    if not isinstance(raw, str) or not raw:
+        raise ValueError("the path is empty")
+    if "\x00" in raw:
+        raise ValueError("the path contains a NUL byte")
+    if len(os.fsencode(raw)) > MAX_PATH_BYTES:
+        raise ValueError(f"the path is longer than {MAX_PATH_BYTES} bytes")
+    for part in raw.split("/"):
+        _check_component(part, raw)
+    expanded = os.path.expanduser(raw) if raw.startswith("~") else raw
+    if not os.path.isabs(expanded):
+        expanded = os.path.join(cwd, expanded)
+    return Path(os.path.realpath(expanded))
+
+
+def _lexical(path: str, cwd: str) -> str:
+    expanded = os.path.expanduser(path) if path.startswith("~") else path
+    return os.path.normpath(os.path.join(cwd, expanded))
 
 
 def is_within(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
+    """Whether ``path`` is ``root`` or below it (both resolved).
+
+    Besides the string comparison, the identities (device, inode) of ``path``'s existing
+    ancestors are compared with ``root``'s, so the same directory reached through another
+    spelling (case-insensitive or Unicode-normalising file systems, bind mounts) counts.
+    """
+    if path == root or root in path.parents:
+        return True
+    try:
+        rs = os.stat(root)
+    except OSError:
+        return False
+    for candidate in (path, *path.parents):
+        try:
+            cs = os.stat(candidate)
+        except OSError:
+            continue
+        if (cs.st_dev, cs.st_ino) == (rs.st_dev, rs.st_ino):
+            return True
+    return False
+
+
+def _fold(s: str) -> str:
+    return unicodedata.normalize("NFC", s).casefold()
+
+
+_Resolved = tuple[str, Path, str, str]  # raw, resolved, lexical, access
 
 
 class PermissionContext(BaseModel):
@@ -37,9 +120,19 @@ class PermissionContext(BaseModel):
     Attributes:
         mode: see :class:`PermissionMode`.
         cwd: the agent's own working directory (default: the process's current one).
-        working_directories: additional directories, keyed by path.
-        allow_rules / deny_rules: explicit rules; deny wins over allow.
+        working_directories: additional directories, keyed by path (a middleware grants
+            the directory it owns by adding an entry).
+        allow_rules: rules that allow (or ask for) calls; a rule with a ``path`` pattern
+            also grants access to matching paths outside the working directories.
+        deny_rules: rules that deny, in every mode; deny wins over allow.
         ask_callback: async approval callback; without one an ask is a deny.
+
+    Example::
+
+        ctx = PermissionContext(mode=PermissionMode.ACCEPT_EDITS)
+        ctx.working_directories["/srv/notes"] = AdditionalWorkingDirectory(
+            path="/srv/notes", source="notes-middleware")
+        ctx.decide("Write", is_read_only=False, paths=[("/srv/notes/a.md", "write")])
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, validate_assignment=True)
@@ -52,10 +145,24 @@ class PermissionContext(BaseModel):
     ask_callback: AskCallback | None = None
 
     def roots(self) -> list[Path]:
-        """Every working directory, resolved."""
-        out = [resolve_path(self.cwd, self.cwd)]
-        out += [resolve_path(d.path, self.cwd) for d in self.working_directories.values()]
+        """Every working directory (own first), resolved; invalid entries are skipped."""
+        out: list[Path] = []
+        for raw in (self.cwd, *(d.path for d in self.working_directories.values())):
+            try:
+                p = resolve_path(raw, self.cwd)
+            except ValueError:
+                continue
+            if p not in out:
+                out.append(p)
         return out
+
+    def is_inside(self, path: str) -> bool:
+        """Whether ``path`` resolves inside a working directory."""
+        try:
+            p = resolve_path(path, self.cwd)
+        except ValueError:
+            return False
+        return any(is_within(p, r) for r in self.roots())
 
     def decide(
         self,
@@ -66,57 +173,105 @@ class PermissionContext(BaseModel):
         paths: list[tuple[str, str]] | None = None,
     ) -> PermissionDecision:
         """Decide one call. ``paths`` is a list of ``(path, "read"|"write")``."""
-        paths = paths or []
-        resolved: list[tuple[str, Path, str]] = []
-        for raw, access in paths:
+        resolved: list[_Resolved] = []
+        for raw, access in paths or []:
             try:
-                resolved.append((raw, resolve_path(raw, self.cwd), access))
-            except (ValueError, OSError) as exc:
-                return PermissionDecision(
-                    behavior="deny", message=f"{tool_name}: invalid path {raw!r}: {exc}", reason="path"
+                resolved.append(
+                    (raw, resolve_path(raw, self.cwd), _lexical(raw, self.cwd), access)
                 )
+            except (ValueError, OSError, TypeError) as exc:
+                return _deny(f"{tool_name}: refused path {str(raw)[:200]!r}: {exc}.", "path")
         for rule in self.deny_rules:
-            if _rule_matches(rule, tool_name, resolved):
-                return PermissionDecision(
-                    behavior="deny", message=f"{tool_name} is denied by a rule ({rule.tool} {rule.path or ''}).", reason="rule"
-                )
+            if _rule_matches(rule, tool_name, resolved, folded=True):
+                where = f" for {rule.path}" if rule.path else ""
+                return _deny(f"{tool_name} is denied by a rule ({rule.tool}{where}).", "rule")
         if self.mode == PermissionMode.BYPASS:
             return PermissionDecision(behavior="allow", reason="mode")
-        for rule in self.allow_rules:
-            if _rule_matches(rule, tool_name, resolved):
-                return PermissionDecision(behavior=rule.behavior, reason="rule")
         if auto_allow:
             return PermissionDecision(behavior="allow", reason="tool")
+        for raw, p, _, _ in resolved:
+            kind = _special_kind(p)
+            if kind:
+                return _deny(
+                    f"{tool_name}: {raw!r} is a {kind}; only regular files and directories "
+                    "can be used.",
+                    "special_file",
+                )
         roots = self.roots()
-        writes = [r for r in resolved if r[2] == "write"]
-        for raw, p, access in resolved:
-            if not any(is_within(p, root) for root in roots):
-                return PermissionDecision(
-                    behavior="deny",
-                    message=(
-                        f"{tool_name}: {access} access to {raw!r} is outside the working "
-                        "directories; ask the user to add the directory."
-                    ),
-                    reason="outside_working_dirs",
-                )
-        if writes or (not is_read_only and paths):
-            if self.mode == PermissionMode.PLAN:
-                return PermissionDecision(
-                    behavior="deny", message=f"{tool_name}: writes are disabled in plan (read-only) mode.", reason="mode"
-                )
-            if self.mode == PermissionMode.DEFAULT:
-                return PermissionDecision(
-                    behavior="ask",
-                    message=f"{tool_name} wants to write {', '.join(r[0] for r in writes)}.",
-                    reason="mode",
-                )
+        granted = [r for r in self.allow_rules if r.path and r.behavior != "deny"]
+        for raw, p, _, access in resolved:
+            if any(is_within(p, root) for root in roots):
+                continue
+            if any(_rule_matches(rule, tool_name, [(raw, p, str(p), access)]) for rule in granted):
+                continue
+            shown = raw if str(p) == raw else f"{raw} (resolves to {p})"
+            return _deny(
+                f"{tool_name}: {access} access to {shown} is outside the working directories "
+                f"({', '.join(str(r) for r in roots)}). Work inside them, or ask the user to "
+                "add the directory to permission_context.working_directories.",
+                "outside_working_dirs",
+            )
+        writes = [r for r in resolved if r[3] == "write"]
+        if self.mode == PermissionMode.PLAN and (writes or not is_read_only):
+            return _deny(
+                f"{tool_name} is not allowed in plan (read-only) mode: it may change things.",
+                "mode",
+            )
+        for rule in self.allow_rules:
+            if _rule_matches(rule, tool_name, resolved) and rule.behavior != "deny":
+                message = f"{tool_name} needs approval (rule)." if rule.behavior == "ask" else ""
+                return PermissionDecision(behavior=rule.behavior, message=message, reason="rule")
+        if self.mode == PermissionMode.DEFAULT and (writes or (not is_read_only and resolved)):
+            targets = ", ".join(r[0] for r in writes or resolved)
+            return PermissionDecision(
+                behavior="ask",
+                message=(
+                    f"{tool_name} wants to change {targets}; in the default permission mode "
+                    "this needs the user's approval (no approval was given)."
+                ),
+                reason="mode",
+            )
         return PermissionDecision(behavior="allow", reason="mode")
 
 
-def _rule_matches(rule: PermissionRule, tool_name: str, resolved: list[tuple[str, Path, str]]) -> bool:
+def _deny(message: str, reason: str) -> PermissionDecision:
+    return PermissionDecision(behavior="deny", message=message, reason=reason)
+
+
+def _special_kind(p: Path) -> str:
+    try:
+        mode = os.stat(p).st_mode
+    except OSError:
+        return ""
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device file"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return ""
+
+
+def _rule_matches(
+    rule: PermissionRule, tool_name: str, resolved: list[_Resolved], *, folded: bool = False
+) -> bool:
     if rule.tool not in ("*", tool_name):
         return False
     if rule.path is None:
         return True
     pattern = os.path.expanduser(rule.path)
-    return any(fnmatch.fnmatch(str(p), pattern) for _, p, _ in resolved)
+    if pattern.endswith("/**"):
+        # "dir/**" also matches "dir" itself
+        base = pattern[:-3]
+        extra = [base]
+    else:
+        extra = []
+    for _, p, lexical, _ in resolved:
+        for candidate in (str(p), lexical):
+            for pat in (pattern, *extra):
+                if folded:
+                    if fnmatch.fnmatchcase(_fold(candidate), _fold(pat)):
+                        return True
+                elif fnmatch.fnmatchcase(candidate, pat):
+                    return True
+    return False

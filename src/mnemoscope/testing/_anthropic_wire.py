@@ -41,7 +41,9 @@ def anthropic_message(
     if reply.text:
         content.append({"type": "text", "text": reply.text})
     for cid, call in calls:
-        content.append({"type": "tool_use", "id": cid, "name": call.name, "input": _tool_input(call)})
+        content.append(
+            {"type": "tool_use", "id": cid, "name": call.name, "input": _tool_input(call)}
+        )
     return {
         "id": f"msg_{n}",
         "type": "message",
@@ -75,25 +77,36 @@ def anthropic_events(
         block = {"type": "thinking", "thinking": "", "signature": ""}
         yield ev("content_block_start", index=index, content_block=block)
         for piece in split_words(reply.reasoning):
-            yield ev("content_block_delta", index=index,
-                     delta={"type": "thinking_delta", "thinking": piece})
-        yield ev("content_block_delta", index=index,
-                 delta={"type": "signature_delta", "signature": "sig"})
+            yield ev(
+                "content_block_delta",
+                index=index,
+                delta={"type": "thinking_delta", "thinking": piece},
+            )
+        yield ev(
+            "content_block_delta",
+            index=index,
+            delta={"type": "signature_delta", "signature": "sig"},
+        )
         yield ev("content_block_stop", index=index)
         index += 1
     if reply.text:
         yield ev("content_block_start", index=index, content_block={"type": "text", "text": ""})
         for piece in split_words(reply.text):
-            yield ev("content_block_delta", index=index, delta={"type": "text_delta", "text": piece})
+            yield ev(
+                "content_block_delta", index=index, delta={"type": "text_delta", "text": piece}
+            )
         yield ev("content_block_stop", index=index)
         index += 1
     for cid, call in calls:
-        block = {"type": "tool_use", "id": cid, "name": call.name, "input": {}}
-        yield ev("content_block_start", index=index, content_block=block)
+        tool_block: dict[str, Any] = {"type": "tool_use", "id": cid, "name": call.name, "input": {}}
+        yield ev("content_block_start", index=index, content_block=tool_block)
         text = json.dumps(_tool_input(call), ensure_ascii=False)
         for frag in (text[: len(text) // 2], text[len(text) // 2 :]):
-            yield ev("content_block_delta", index=index,
-                     delta={"type": "input_json_delta", "partial_json": frag})
+            yield ev(
+                "content_block_delta",
+                index=index,
+                delta={"type": "input_json_delta", "partial_json": frag},
+            )
         yield ev("content_block_stop", index=index)
         index += 1
     yield ev(

@@ -17,6 +17,7 @@ L2-normalised. Texts that share words are close; it knows no synonyms.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import re
 
@@ -33,10 +34,10 @@ def _features(text: str) -> list[str]:
         chars = _CJK.findall(word)
         if chars and len(chars) == len(word):  # a run of CJK: characters and their bigrams
             feats.extend(chars)
-            feats.extend(a + b for a, b in zip(chars, chars[1:], strict=False))
+            feats.extend(a + b for a, b in itertools.pairwise(chars))
         else:
             feats.append(word)
-    feats.extend(f"{a} {b}" for a, b in zip(words, words[1:], strict=False))
+    feats.extend(f"{a} {b}" for a, b in itertools.pairwise(words))
     return feats or ["<empty>"]
 
 

@@ -135,12 +135,13 @@ class ScriptedChatModel(ChatModelBase):
     async def _call(
         self, messages: list[Msg], tools: list[ToolSchema], tool_choice: ToolChoice | None, **kwargs: Any
     ) -> ChatResponse:
-        call = ScriptedCall([m.model_copy(deep=True) for m in messages], list(tools), tool_choice, kwargs)
+        # messages are not mutated once built, so a shallow list records them faithfully
+        call = ScriptedCall(list(messages), list(tools), tool_choice, kwargs)
         self.calls.append(call)
         await asyncio.sleep(0)  # a real model call always yields to the loop
         return await self._next(call)
 
-    async def _stream(self, messages, tools, tool_choice, **kwargs):  # type: ignore[no-untyped-def]
+    async def _stream(self, messages, tools, tool_choice, **kwargs):
         response = await self._call(messages, tools, tool_choice, **kwargs)
         words = response.text.split(" ")
         for i, word in enumerate(words):

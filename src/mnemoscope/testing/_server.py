@@ -50,7 +50,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Union
+from typing import Any
 
 from mnemoscope.model._tokens import estimate_tokens
 from mnemoscope.testing._anthropic_wire import anthropic_events, anthropic_message
@@ -100,14 +100,14 @@ class HTTPErrorReply:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-ScriptItem = Union[
-    str,
-    ServerToolCall,
-    list[ServerToolCall],
-    ServerReply,
-    HTTPErrorReply,
-    Callable[[dict[str, Any]], Any],
-]
+ScriptItem = (
+    str
+    | ServerToolCall
+    | list[ServerToolCall]
+    | ServerReply
+    | HTTPErrorReply
+    | Callable[[dict[str, Any]], Any]
+)
 
 
 class RecordedRequest(dict[str, Any]):
@@ -143,7 +143,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _HTTPServer
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # quiet: tests read server.requests instead
 
     def setup(self) -> None:
@@ -154,13 +154,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.owner._connections.discard(self.connection)
         super().finish()
 
-    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+    def do_GET(self) -> None:
         if self.path.rstrip("/").endswith("/models"):
             self.send_json(200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
         else:
             self.send_json(404, _error_body(f"no route GET {self.path}", "not_found"))
 
-    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         try:
@@ -366,7 +366,7 @@ class OpenAICompatServer:
             )
         try:
             return _resolve(item, body)
-        except Exception as exc:  # noqa: BLE001 - a broken script callable is reported over HTTP
+        except Exception as exc:
             return HTTPErrorReply(500, f"script item failed: {type(exc).__name__}: {exc}")
 
     def _usage(self, body: dict[str, Any], reply: ServerReply) -> tuple[int, int]:

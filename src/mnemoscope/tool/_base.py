@@ -76,10 +76,16 @@ class ToolBase(ABC):
     """When True the tool allows itself in the permission engine (e.g. memory tools)."""
 
     def schema(self) -> ToolSchema:
-        """The provider-neutral schema shown to the model."""
-        schema = self.Input.model_json_schema()
-        schema.pop("title", None)
-        return {"name": self.name, "description": self.description, "input_schema": schema}
+        """The provider-neutral schema shown to the model (built once per tool)."""
+        key = (self.name, self.description, self.Input)
+        cached = self.__dict__.get("_schema_cache")
+        if cached is None or cached[0] != key:
+            schema = self.Input.model_json_schema()
+            schema.pop("title", None)
+            built: ToolSchema = {"name": self.name, "description": self.description, "input_schema": schema}
+            cached = (key, built)
+            self.__dict__["_schema_cache"] = cached
+        return cached[1]
 
     def permission_paths(self, tool_input: BaseModel) -> list[PathAccess]:
         """Paths this call touches; file tools override this. Default: none."""

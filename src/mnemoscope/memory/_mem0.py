@@ -1,0 +1,515 @@
+"""A :class:`LongTermMemoryBase` over mem0 (``pip install 'mnemoscope[mem0]'``).
+
+Example::
+
+    from mnemoscope.embedding import LocalEmbeddingModel
+    from mnemoscope.memory import Mem0LongTermMemory
+
+    store = Mem0LongTermMemory(
+        chat_model=mem0_chat_model,            # a model instance the agent does not use
+        embedding_model=LocalEmbeddingModel(),  # 384 dims, offline
+        path="/tmp/mem0_demo",                 # local Qdrant directory
+    )
+    await store.record("I prefer dark-mode charts.", user_id="alice")
+    items = await store.retrieve("chart style", user_id="alice")
+    await store.aclose()
+
+Three ways to build it (the first that applies wins):
+
+1. ``client=``: a pre-built ``mem0.AsyncMemory`` (open source) or ``mem0.AsyncMemoryClient``
+   (hosted Platform), used as is and never closed by us. The synchronous ``mem0.Memory``
+   / ``mem0.MemoryClient`` are rejected.
+2. ``mem0_config=`` (a ``mem0.configs.base.MemoryConfig`` or a dict): an ``AsyncMemory``
+   from a copy of it in which only the ``llm``/``embedder`` slots are replaced by
+   ``chat_model``/``embedding_model`` (those given).
+3. ``chat_model=`` and ``embedding_model=``: an ``AsyncMemory`` with mem0's default Qdrant
+   store, in local mode at ``path`` (default ``$MNEMOSCOPE_MEM0_PATH``, else mem0's
+   ``/tmp/qdrant``), collection ``"mem0"`` sized to ``embedding_model.dimensions``, history
+   database ``<path>/mem0_history.db``.
+
+Local Qdrant locks its directory to one client per process; every store built here on the
+same directory shares one ``QdrantClient`` (a process-wide, reference-counted registry),
+so two middlewares on one path work. An existing collection whose vector size differs from
+the embedding model's fails at construction, naming both sizes and the fix.
+
+mem0's anonymous telemetry is turned off (``MEM0_TELEMETRY=False``) unless the variable is
+already set when mnemoscope first imports mem0: it phones home and opens a second Qdrant
+store under ``~/.mem0``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from mnemoscope._optional import require
+from mnemoscope.embedding._base import EmbeddingModelBase
+from mnemoscope.errors import MemoryStoreError, UserError
+from mnemoscope.memory._long_term_base import (
+    LongTermMemoryBase,
+    MemoryItem,
+    RecordEvent,
+    RecordInput,
+    RecordResult,
+)
+from mnemoscope.message import Msg
+from mnemoscope.model import ChatModelBase
+
+logger = logging.getLogger("mnemoscope.memory.mem0")
+
+DEFAULT_PATH = "/tmp/qdrant"
+"""mem0's default local Qdrant directory (used when neither ``path`` nor the env var is set)."""
+PATH_ENV = "MNEMOSCOPE_MEM0_PATH"
+DEFAULT_COLLECTION = "mem0"
+HISTORY_DB_NAME = "mem0_history.db"
+
+_EVENTS = {"ADD": "add", "UPDATE": "update", "DELETE": "delete", "NONE": "skip", "NOOP": "skip"}
+
+
+def import_mem0() -> Any:
+    """Import mem0 with telemetry off by default (see the module docstring)."""
+    os.environ.setdefault("MEM0_TELEMETRY", "False")
+    return require("mem0", extra="mem0", feature="Mem0LongTermMemory")
+
+
+# ---------------------------------------------------------------- qdrant registry
+class _QdrantRegistry:
+    """One ``QdrantClient`` per local directory per process, reference-counted."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._clients: dict[str, tuple[Any, int]] = {}
+
+    def acquire(self, path: str) -> tuple[str, Any]:
+        key = os.path.realpath(os.path.expanduser(path))
+        with self._lock:
+            if key in self._clients:
+                client, refs = self._clients[key]
+                self._clients[key] = (client, refs + 1)
+                return key, client
+            from qdrant_client import QdrantClient
+
+            try:
+                client = QdrantClient(path=key)
+            except RuntimeError as exc:  # locked by another process (or a foreign client)
+                raise UserError(
+                    f"the local Qdrant directory {key!r} is in use by another Qdrant client "
+                    f"({exc}). Local mode allows one client per directory: share one "
+                    "Mem0Middleware/store, pass the same mem0 client as client=, use another "
+                    "path, or run a Qdrant server (mem0_config.vector_store.config host/url)."
+                ) from exc
+            self._clients[key] = (client, 1)
+            return key, client
+
+    def release(self, key: str) -> None:
+        with self._lock:
+            if key not in self._clients:
+                return
+            client, refs = self._clients[key]
+            if refs > 1:
+                self._clients[key] = (client, refs - 1)
+                return
+            del self._clients[key]
+        try:
+            client.close()
+        except Exception as exc:  # closing is best effort
+            logger.debug("closing the Qdrant client of %s failed: %s", key, exc)
+
+    def refs(self, path: str) -> int:
+        key = os.path.realpath(os.path.expanduser(path))
+        with self._lock:
+            return self._clients.get(key, (None, 0))[1]
+
+
+QDRANT_CLIENTS = _QdrantRegistry()
+
+
+def _cleanup(memory: Any, bridge: Any, qdrant_key: str | None) -> None:
+    try:
+        if memory is not None:
+            memory.close()
+    finally:
+        if qdrant_key is not None:
+            QDRANT_CLIENTS.release(qdrant_key)
+        if bridge is not None:
+            bridge.release()
+
+
+# ---------------------------------------------------------------------- the store
+class Mem0LongTermMemory(LongTermMemoryBase):
+    """Long-term memory stored by mem0 (see the module docstring for construction).
+
+    Args:
+        client: a pre-built ``mem0.AsyncMemory`` or ``mem0.AsyncMemoryClient``; when given
+            the other construction arguments are ignored.
+        chat_model: the model mem0 uses to extract facts; it runs on the bridge event loop,
+            so do not give the agent this same instance.
+        embedding_model: the embedder mem0 uses; its ``dimensions`` must match the store.
+        mem0_config: a ``MemoryConfig`` (or dict) to start from.
+        path: local Qdrant directory for the models-only path.
+        infer: default of :meth:`record`'s ``infer`` (mem0 extracts facts with the LLM).
+        bridge_timeout: seconds one bridged model call may take.
+    """
+
+    def __init__(
+        self,
+        client: Any = None,
+        *,
+        chat_model: ChatModelBase | None = None,
+        embedding_model: EmbeddingModelBase | None = None,
+        mem0_config: Any = None,
+        path: str | None = None,
+        infer: bool = True,
+        bridge_timeout: float | None = 300.0,
+    ) -> None:
+        mem0 = import_mem0()
+        self.infer = infer
+        self.chat_model: ChatModelBase | None = None
+        self.embedding_model: EmbeddingModelBase | None = None
+        self.path: str | None = None
+        self._closed = False
+        self._finalizer: weakref.finalize | None = None
+        if client is not None:
+            if isinstance(client, mem0.Memory | mem0.MemoryClient):
+                raise UserError(
+                    f"client=mem0.{type(client).__name__}(...) is synchronous; Mem0Middleware "
+                    "needs an async mem0 client: pass mem0.AsyncMemory(config) or "
+                    "mem0.AsyncMemoryClient(api_key=...) instead"
+                )
+            if not isinstance(client, mem0.AsyncMemory | mem0.AsyncMemoryClient):
+                raise UserError(
+                    f"client must be a mem0.AsyncMemory or mem0.AsyncMemoryClient, got "
+                    f"{type(client).__name__}"
+                )
+            if chat_model is not None or embedding_model is not None or mem0_config is not None:
+                logger.info(
+                    "client= given: chat_model, embedding_model and mem0_config are ignored"
+                )
+            self.client = client
+            self.hosted = isinstance(client, mem0.AsyncMemoryClient)
+            self.owns_client = False
+            return
+        self._build(mem0, chat_model, embedding_model, mem0_config, path, bridge_timeout)
+
+    # ------------------------------------------------------------ construction
+    def _build(
+        self,
+        mem0: Any,
+        chat_model: ChatModelBase | None,
+        embedding_model: EmbeddingModelBase | None,
+        mem0_config: Any,
+        path: str | None,
+        bridge_timeout: float | None,
+    ) -> None:
+        from mem0.configs.base import MemoryConfig
+
+        from mnemoscope.memory._mem0_bridge import BRIDGE, bridged_memory_config, discard_tokens
+
+        if chat_model is not None and not isinstance(chat_model, ChatModelBase):
+            raise UserError(f"chat_model must be a ChatModelBase, got {type(chat_model).__name__}")
+        if embedding_model is not None and not isinstance(embedding_model, EmbeddingModelBase):
+            raise UserError(
+                "embedding_model must be an EmbeddingModelBase, got "
+                f"{type(embedding_model).__name__}"
+            )
+        if mem0_config is None:
+            if chat_model is None or embedding_model is None:
+                raise UserError(
+                    "Mem0 needs a backend: pass chat_model= and embedding_model= (a local "
+                    "mem0 store is built), add mem0_config= to customise it, or pass a "
+                    "pre-built client=mem0.AsyncMemory(...)/AsyncMemoryClient(...)"
+                )
+            self.path = path or os.environ.get(PATH_ENV) or DEFAULT_PATH
+            os.makedirs(self.path, exist_ok=True)
+            config = MemoryConfig(
+                vector_store={
+                    "provider": "qdrant",
+                    "config": {
+                        "path": self.path,
+                        "collection_name": DEFAULT_COLLECTION,
+                        "embedding_model_dims": embedding_model.dimensions,
+                    },
+                },
+                history_db_path=os.path.join(self.path, HISTORY_DB_NAME),
+            )
+        elif isinstance(mem0_config, dict):
+            config = MemoryConfig(**mem0_config)
+        elif isinstance(mem0_config, MemoryConfig):
+            config = mem0_config
+        else:
+            raise UserError(
+                "mem0_config must be a mem0.configs.base.MemoryConfig or a dict, got "
+                f"{type(mem0_config).__name__}"
+            )
+        qdrant_key: str | None = None
+        config, qdrant_key = self._prepare_vector_store(config, embedding_model)
+        tokens: list[str] = []
+        bridged = chat_model is not None or embedding_model is not None
+        if bridged:
+            BRIDGE.acquire()
+        try:
+            config, tokens = bridged_memory_config(
+                config,
+                chat_model=chat_model,
+                embedding_model=embedding_model,
+                bridge=BRIDGE,
+                timeout=bridge_timeout,
+            )
+            memory = mem0.AsyncMemory(config)
+        except BaseException as exc:
+            _cleanup(None, BRIDGE if bridged else None, qdrant_key)
+            if isinstance(exc, MemoryStoreError | UserError) or not isinstance(exc, Exception):
+                raise
+            raise MemoryStoreError(
+                f"could not build mem0.AsyncMemory: {type(exc).__name__}: {exc}"
+            ) from exc
+        finally:
+            discard_tokens(tokens)
+        self.client = memory
+        self.hosted = False
+        self.owns_client = True
+        self.chat_model = chat_model
+        self.embedding_model = embedding_model
+        self._finalizer = weakref.finalize(
+            self, _cleanup, memory, BRIDGE if bridged else None, qdrant_key
+        )
+
+    def _prepare_vector_store(
+        self, config: Any, embedding_model: EmbeddingModelBase | None
+    ) -> tuple[Any, str | None]:
+        """Check dimensions; share local Qdrant clients. Returns (config, registry key)."""
+        vs = config.vector_store
+        vs_config = vs.config
+        dims_field = getattr(vs_config, "embedding_model_dims", None)
+        if (
+            embedding_model is not None
+            and dims_field is not None
+            and dims_field != embedding_model.dimensions
+        ):
+            raise UserError(
+                f"mem0_config.vector_store.config.embedding_model_dims is {dims_field} but "
+                f"embedding_model produces {embedding_model.dimensions}-dimensional vectors "
+                f"(embedding_model.dimensions={embedding_model.dimensions}); set "
+                f"embedding_model_dims={embedding_model.dimensions} in the vector store config "
+                "or use an embedding model with matching dimensions"
+            )
+        if vs.provider != "qdrant":
+            return config, None
+        key: str | None = None
+        client = vs_config.client
+        if client is None and vs_config.path and not (vs_config.host or vs_config.url):
+            key, client = QDRANT_CLIENTS.acquire(vs_config.path)
+            vs_config = vs_config.model_copy(update={"client": client})
+            config = config.model_copy(
+                update={"vector_store": vs.model_copy(update={"config": vs_config})}
+            )
+        if client is not None:
+            try:
+                self._check_collection(client, vs_config, embedding_model)
+            except BaseException:
+                if key is not None:
+                    QDRANT_CLIENTS.release(key)
+                raise
+        return config, key
+
+    @staticmethod
+    def _check_collection(
+        client: Any, vs_config: Any, embedding_model: EmbeddingModelBase | None
+    ) -> None:
+        name = vs_config.collection_name
+        expected = (
+            embedding_model.dimensions
+            if embedding_model is not None
+            else vs_config.embedding_model_dims
+        )
+        if expected is None or not client.collection_exists(name):
+            return
+        vectors = client.get_collection(name).config.params.vectors
+        size = getattr(vectors, "size", None)
+        if size is None and isinstance(vectors, dict) and len(vectors) == 1:
+            size = next(iter(vectors.values())).size
+        if size is not None and size != expected:
+            where = vs_config.path or vs_config.url or vs_config.host or "the Qdrant server"
+            raise UserError(
+                f"the Qdrant collection {name!r} at {where} holds {size}-dimensional vectors "
+                f"but the embedding model produces {expected}-dimensional vectors. Fix: use a "
+                f"fresh path or collection_name (mem0_config.vector_store.config), delete the "
+                f"collection, or use an embedding model with {size} dimensions"
+            )
+
+    # ---------------------------------------------------------------- contract
+    async def record(
+        self,
+        content: RecordInput,
+        *,
+        user_id: str,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        infer: bool | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> RecordResult:
+        self._check_open()
+        messages = self._messages(content)
+        if not messages:
+            return RecordResult()
+        kwargs: dict[str, Any] = {
+            "user_id": user_id,
+            "infer": self.infer if infer is None else infer,
+        }
+        if agent_id is not None:
+            kwargs["agent_id"] = agent_id
+        if run_id is not None:
+            kwargs["run_id"] = run_id
+        if metadata:
+            kwargs["metadata"] = dict(metadata)
+        try:
+            response = await self.client.add(messages, **kwargs)
+        except Exception as exc:
+            raise MemoryStoreError(f"mem0 add failed: {type(exc).__name__}: {exc}") from exc
+        text = "\n".join(m["content"] for m in messages)
+        return self._record_result(response, text, user_id, agent_id, run_id)
+
+    async def retrieve(
+        self,
+        query: str,
+        *,
+        user_id: str,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        limit: int = 5,
+        threshold: float | None = None,
+    ) -> list[MemoryItem]:
+        self._check_open()
+        if not query.strip():
+            return []
+        scope = {"user_id": user_id, "agent_id": agent_id, "run_id": run_id}
+        scope = {k: v for k, v in scope.items() if v is not None}
+        filters: dict[str, Any] = (
+            {"AND": [{k: v} for k, v in scope.items()]} if self.hosted else scope
+        )
+        kwargs: dict[str, Any] = {"top_k": limit, "filters": filters}
+        if threshold is not None:
+            kwargs["threshold"] = threshold
+        try:
+            response = await self.client.search(query, **kwargs)
+        except Exception as exc:
+            raise MemoryStoreError(f"mem0 search failed: {type(exc).__name__}: {exc}") from exc
+        rows = response.get("results", []) if isinstance(response, dict) else response or []
+        items = [self._item(r) for r in rows if isinstance(r, dict)]
+        if threshold is not None:  # the hosted API may not apply it; cheap to enforce
+            items = [i for i in items if i.score is None or i.score >= threshold]
+        items.sort(key=lambda i: i.score if i.score is not None else float("-inf"), reverse=True)
+        return items[:limit]
+
+    async def aclose(self) -> None:
+        """Release what this store built (the bridge, the shared Qdrant client, mem0's
+        history database). A ``client=`` passed in is left open. Safe to call twice."""
+        self.close_sync()
+
+    def close_sync(self) -> None:
+        """:meth:`aclose` for synchronous code (nothing in it awaits). Safe to call twice."""
+        self._closed = True
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def _check_open(self) -> None:
+        if self._closed and self.owns_client:
+            raise MemoryStoreError("this Mem0LongTermMemory was closed")
+
+    # ----------------------------------------------------------------- helpers
+    def _messages(self, content: RecordInput) -> list[dict[str, Any]]:
+        items: Sequence[str | Msg] = [content] if isinstance(content, str | Msg) else content
+        out: list[dict[str, Any]] = []
+        for item in items:
+            if isinstance(item, str):
+                if item.strip():
+                    out.append({"role": "user", "content": item})
+                continue
+            text = item.get_text_content()
+            if not text.strip() or item.role == "system":
+                continue
+            message = {"role": item.role, "content": text}
+            if not self.hosted and item.name:
+                message["name"] = item.name
+            out.append(message)
+        return out
+
+    def _record_result(
+        self, response: Any, text: str, user_id: str, agent_id: str | None, run_id: str | None
+    ) -> RecordResult:
+        if isinstance(response, dict) and "results" in response:
+            rows = response["results"]
+        elif isinstance(response, list):
+            rows = response
+        elif isinstance(response, dict):
+            rows = [response]
+        else:
+            rows = []
+        events: list[RecordEvent] = []
+        for row in rows or []:
+            if not isinstance(row, dict):
+                continue
+            kind = _EVENTS.get(str(row.get("event", "")).upper())
+            if kind is not None:
+                item = self._item(row)
+                item.user_id = item.user_id or user_id
+                item.agent_id = item.agent_id or agent_id
+                item.run_id = item.run_id or run_id
+                reason = row.get("previous_memory") or row.get("old_memory")
+                events.append(RecordEvent(event=kind, item=item, reason=reason))  # type: ignore[arg-type]
+            elif str(row.get("status", "")).upper() in ("PENDING", "QUEUED", "SUCCEEDED"):
+                # the hosted Platform processes adds asynchronously: accepted, not yet stored
+                events.append(
+                    RecordEvent(
+                        event="add",
+                        item=MemoryItem(
+                            id=str(row.get("event_id") or row.get("id") or ""),
+                            content=text,
+                            user_id=user_id,
+                            agent_id=agent_id,
+                            run_id=run_id,
+                            metadata={"status": str(row["status"]).lower()},
+                        ),
+                        reason=str(row.get("message") or "queued by the mem0 Platform"),
+                    )
+                )
+        return RecordResult(events=events)
+
+    @staticmethod
+    def _item(row: dict[str, Any]) -> MemoryItem:
+        metadata = dict(row.get("metadata") or {})
+        for key in ("actor_id", "role", "attributed_to", "hash", "categories"):
+            if row.get(key) is not None:
+                metadata.setdefault(key, row[key])
+        return MemoryItem(
+            id=str(row.get("id", "")),
+            content=str(row.get("memory") or row.get("text") or row.get("data") or ""),
+            score=row.get("score"),
+            user_id=row.get("user_id"),
+            agent_id=row.get("agent_id"),
+            run_id=row.get("run_id"),
+            metadata=metadata,
+            created_at=_dt(row.get("created_at")),
+            updated_at=_dt(row.get("updated_at")),
+        )
+
+    def __repr__(self) -> str:
+        kind = "hosted" if self.hosted else "AsyncMemory"
+        where = f", path={self.path!r}" if self.path else ""
+        return f"Mem0LongTermMemory({kind}{where})"
+
+
+def _dt(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str) and value:
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    return None

@@ -1,0 +1,510 @@
+"""Agentic memory: Markdown long-term memory that the agent keeps itself.
+
+Example::
+
+    from mnemoscope.agent import Agent
+    from mnemoscope.middleware import AgenticMemoryMiddleware
+    from mnemoscope.tool import Edit, Read, Toolkit, Write
+
+    agent = Agent(
+        name="assistant",
+        system_prompt="You are a helpful assistant.",
+        model=my_chat_model,
+        toolkit=Toolkit(tools=[Read(), Write(), Edit()]),
+        middlewares=[AgenticMemoryMiddleware(workdir="/tmp/ltm_demo")],
+    )
+    await agent.reply("Remember that I live in Hangzhou and prefer concise Chinese answers.")
+
+Memory lives in ``<workdir>/Memory/``: ``MEMORY.md`` (the index, one line per memory)
+and one Markdown file per memory with YAML frontmatter ``name``, ``description`` and
+``type`` (``user``, ``feedback``, ``project``, ``reference``). The agent writes them with
+its Read/Write/Edit tools, following instructions this middleware adds to the system
+prompt together with the (bounded) index.
+
+Retrieval has two paths. The model reads the files the index points to. And when a reply
+starts, a task owned by that reply picks relevant files (a local BM25 ranker narrows the
+candidates, then the retrieval model chooses by structured output, or the ranker alone
+with ``selection="local"``); before each reasoning step the finished result is injected
+as a :class:`~mnemoscope.message.HintBlock` holding those files. The first step waits up
+to ``retrieval_wait`` seconds for it, so a reply answered in one model call still gets
+the memories when retrieval is fast; later steps take it only if it is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from mnemoscope.errors import MnemoscopeError, UserError
+from mnemoscope.message import HintBlock, Msg, SystemMsg, UserMsg
+from mnemoscope.middleware._agentic_files import (
+    INDEX_FILENAME,
+    MEMORY_DIRNAME,
+    MemoryFile,
+    bound_index,
+    parse_index,
+    parse_memory_file,
+)
+from mnemoscope.middleware._agentic_prompt import (
+    DEFAULT_MEMORY_INSTRUCTIONS,
+    DEFAULT_RETRIEVAL_INSTRUCTIONS,
+    MemorySelection,
+    render_hint,
+    render_index_section,
+    render_manifest,
+)
+from mnemoscope.middleware._agentic_store import MemoryStore, ScanResult
+from mnemoscope.middleware._base import (
+    ActingHandler,
+    MiddlewareBase,
+    ReasoningHandler,
+    ReplyHandler,
+)
+from mnemoscope.middleware._context import ActingContext, ReasoningContext, ReplyContext
+from mnemoscope.middleware._events import AgentEvent, MemoryEvent
+from mnemoscope.model._tokens import count_tokens
+
+if TYPE_CHECKING:
+    from mnemoscope.agent import Agent
+    from mnemoscope.model import ChatModelBase
+    from mnemoscope.workspace import BackendBase
+
+logger = logging.getLogger("mnemoscope.memory.agentic")
+
+SOURCE = "agentic_memory"
+"""``source`` of the hints and memory events of this middleware."""
+
+DEFAULT_RETRIEVAL_WAIT = 1.0
+"""Seconds the first reasoning step waits for retrieval (then it proceeds without it)."""
+
+LOCAL_MIN_SCORE_RATIO = 0.25
+"""``selection="local"`` keeps files scoring at least this fraction of the best score."""
+
+_READ_TOOLS = frozenset({"Read"})
+_WRITE_TOOLS = frozenset({"Write", "Edit"})
+
+
+@dataclass
+class RetrievalResult:
+    """What one reply's retrieval found."""
+
+    files: list[tuple[MemoryFile, str]] = field(default_factory=list)
+    mode: str = "llm"
+    candidates: int = 0
+    total: int = 0
+    fallback_reason: str = ""
+
+
+class AgenticMemoryMiddleware(MiddlewareBase):
+    """Markdown long-term memory the agent keeps itself (see the module docstring).
+
+    Args:
+        workdir: the working directory; memories live in ``<workdir>/Memory/``.
+        backend: a workspace backend (``LocalBackend``, Docker, E2B, ...); ``None`` is the
+            local disk.
+        retrieval_model: the model that selects memories; ``None`` uses the replying
+            agent's model.
+        selection: ``"llm"`` (BM25 pre-selection, then the retrieval model chooses) or
+            ``"local"`` (the BM25 ranker alone, no model call).
+        retrieval: start the automatic retrieval at each reply (``False``: the model only
+            reads what the index points to).
+        retrieval_wait: seconds the first reasoning step of a reply waits for retrieval
+            (default :data:`DEFAULT_RETRIEVAL_WAIT`); ``0`` never waits.
+        max_selected: most memory files injected per reply.
+        manifest_max_files: most files shown to the retrieval model; with more memories
+            the BM25 ranker chooses which (then the newest fill the remaining places).
+        index_max_lines: line budget of the index in the system prompt.
+        index_max_tokens: token budget of the index in the system prompt.
+        hint_max_tokens_per_file: each injected file is cut to this many tokens.
+        memory_dirname: the directory name under ``workdir``.
+        instructions: replaces the default memory instructions (``{memory_dir}`` and
+            ``{index_path}`` are filled in).
+        retrieval_instructions: replaces the selection instructions (``{max_selected}``).
+    """
+
+    def __init__(
+        self,
+        workdir: str,
+        backend: BackendBase | None = None,
+        *,
+        retrieval_model: ChatModelBase | None = None,
+        selection: Literal["llm", "local"] = "llm",
+        retrieval: bool = True,
+        retrieval_wait: float = DEFAULT_RETRIEVAL_WAIT,
+        max_selected: int = 5,
+        manifest_max_files: int = 100,
+        index_max_lines: int = 200,
+        index_max_tokens: int = 4_000,
+        hint_max_tokens_per_file: int = 2_000,
+        memory_dirname: str = MEMORY_DIRNAME,
+        instructions: str | None = None,
+        retrieval_instructions: str | None = None,
+    ) -> None:
+        if not isinstance(workdir, str | os.PathLike) or not str(workdir):
+            raise UserError("AgenticMemoryMiddleware: workdir must be a non-empty path")
+        if selection not in ("llm", "local"):
+            raise UserError(
+                f"AgenticMemoryMiddleware: selection must be 'llm' or 'local', got {selection!r}"
+            )
+        if retrieval_wait < 0:
+            raise UserError(
+                "AgenticMemoryMiddleware: retrieval_wait must be >= 0 seconds, "
+                f"got {retrieval_wait}"
+            )
+        for pname, value in (
+            ("max_selected", max_selected),
+            ("manifest_max_files", manifest_max_files),
+            ("index_max_lines", index_max_lines),
+            ("index_max_tokens", index_max_tokens),
+            ("hint_max_tokens_per_file", hint_max_tokens_per_file),
+        ):
+            if value < 1:
+                raise UserError(f"AgenticMemoryMiddleware: {pname} must be at least 1, got {value}")
+        self.store = MemoryStore(str(workdir), backend, memory_dirname=memory_dirname)
+        self.backend = backend
+        self.retrieval_model = retrieval_model
+        self.selection = selection
+        self.retrieval = retrieval
+        self.retrieval_wait = retrieval_wait
+        self.max_selected = max_selected
+        self.manifest_max_files = manifest_max_files
+        self.index_max_lines = index_max_lines
+        self.index_max_tokens = index_max_tokens
+        self.hint_max_tokens_per_file = hint_max_tokens_per_file
+        self.instructions = instructions or DEFAULT_MEMORY_INSTRUCTIONS
+        self.retrieval_instructions = retrieval_instructions or DEFAULT_RETRIEVAL_INSTRUCTIONS
+
+    @property
+    def workdir(self) -> str:
+        return self.store.workdir
+
+    @property
+    def memory_dir(self) -> str:
+        """``<workdir>/Memory``."""
+        return self.store.memdir
+
+    @property
+    def index_path(self) -> str:
+        """``<workdir>/Memory/MEMORY.md``."""
+        return self.store.index_path
+
+    # ------------------------------------------------------------- lifecycle
+    def setup(self, agent: Agent) -> None:
+        """Grant the agent access to the memory directory.
+
+        Reads there are always allowed; writes follow the agent's permission mode (asked
+        in ``DEFAULT``, allowed in ``ACCEPT_EDITS``, denied in ``PLAN``).
+        """
+        from mnemoscope.permission import AdditionalWorkingDirectory
+
+        agent.state.permission_context.working_directories[self.memory_dir] = (
+            AdditionalWorkingDirectory(path=self.memory_dir, source="agentic-memory")
+        )
+
+    # ----------------------------------------------------------- onion hooks
+    async def on_reply(
+        self, ctx: ReplyContext, next_handler: ReplyHandler
+    ) -> AsyncIterator[AgentEvent]:
+        st = ctx.state_for(self)
+        st.update(read=set(), injected=set(), checkpoints=0, consumed=False)
+        try:
+            await self.store.ensure_layout()
+        except (MnemoscopeError, OSError) as exc:
+            self._report(ctx, f"cannot create {self.index_path}: {exc}")
+        st["scan"] = ctx.spawn(self.store.scan(), name=f"agentic-memory-scan-{ctx.reply_id}")
+        query = ctx.input.get_text_content().strip()
+        if self.retrieval and query:
+            st["retrieval"] = ctx.spawn(
+                self._retrieve(ctx, query, st["scan"]),
+                name=f"agentic-memory-retrieval-{ctx.reply_id}",
+            )
+        try:
+            async for event in next_handler(ctx):
+                yield event
+        finally:
+            for key in ("scan", "retrieval"):
+                task = st.get(key)
+                if task is not None and task.done() and not task.cancelled():
+                    task.exception()  # retrieved: a failure was reported, not left to the GC
+
+    async def on_reasoning(
+        self, ctx: ReasoningContext, next_handler: ReasoningHandler
+    ) -> AsyncIterator[AgentEvent]:
+        reply = ctx.reply
+        st = reply.state_for(self)
+        task: asyncio.Task[RetrievalResult] | None = st.get("retrieval")
+        if task is not None and not st["consumed"]:
+            first = st["checkpoints"] == 0
+            st["checkpoints"] += 1
+            if first and not task.done() and self.retrieval_wait > 0:
+                # asyncio.wait does not cancel the task on timeout: a later step may use it
+                await asyncio.wait({task}, timeout=self.retrieval_wait)
+            if task.done():
+                st["consumed"] = True
+                self._inject(reply, task, st)
+        async for event in next_handler(ctx):
+            yield event
+
+    async def on_acting(
+        self, ctx: ActingContext, next_handler: ActingHandler
+    ) -> AsyncIterator[AgentEvent]:
+        async for event in next_handler(ctx):
+            yield event
+        name = ctx.tool_use.name
+        if name not in _READ_TOOLS and name not in _WRITE_TOOLS:
+            return
+        filename = self._memory_filename(ctx.reply, ctx.tool_use.input)
+        if filename is None or ctx.result is None or ctx.result.is_error:
+            return
+        st = ctx.reply.state_for(self)
+        st.setdefault("read", set()).add(filename)  # what it read or wrote needs no hint
+        if name in _WRITE_TOOLS and filename != INDEX_FILENAME:
+            note = await self._check_written(filename)
+            if note:
+                text = ctx.result.output_text()
+                ctx.result = ctx.result.model_copy(update={"output": f"{text}\n\n{note}".strip()})
+
+    # --------------------------------------------------------- system prompt
+    async def on_system_prompt(self, ctx: ReplyContext, prompt: str) -> str:
+        st = ctx.state_for(self)
+        index = await self.store.read_index()
+        st["index_version"] = index.cheap_version
+        scan_task = st.get("scan")
+        invalid: list[MemoryFile] = []
+        try:
+            if scan_task is not None and not st.get("rebuilt"):
+                scan = await asyncio.shield(scan_task)
+            else:
+                scan = await self.store.scan()
+            invalid = scan.invalid
+        except (MnemoscopeError, OSError) as exc:
+            self._report(ctx, f"cannot scan {self.memory_dir}: {exc}")
+        st["rebuilt"] = True
+        view = bound_index(
+            index.text,
+            max_lines=self.index_max_lines,
+            max_tokens=self.index_max_tokens,
+            count_tokens=_token_counter(ctx.agent),
+        )
+        if not view.truncated:
+            # The model sees the whole index in its prompt: count that as having read it,
+            # so the documented "Edit MEMORY.md" step works without a prior Read (the
+            # tools still refuse the edit if the index changes on disk in between).
+            _record_read(ctx.agent, self.store.backend_key, index.real_path, index.version)
+        memory = self.instructions.replace("{memory_dir}", self.memory_dir).replace(
+            "{index_path}", self.index_path
+        )
+        section = render_index_section(view, index_path=self.index_path, invalid=invalid)
+        return (
+            f"{prompt.rstrip()}\n\n{memory.rstrip()}\n\n{section}"
+            if prompt.strip()
+            else f"{memory.rstrip()}\n\n{section}"
+        )
+
+    async def system_prompt_changed(self, ctx: ReplyContext) -> bool:
+        st = ctx.state_for(self)
+        if "index_version" not in st:
+            return True
+        try:
+            return await self.store.index_version() != st["index_version"]
+        except (MnemoscopeError, OSError):
+            return False
+
+    # ------------------------------------------------------------- retrieval
+    async def select(self, query: str, *, model: ChatModelBase | None = None) -> RetrievalResult:
+        """Run the retrieval outside an agent (used by tests, the CLI and the benchmark)."""
+        return await self._select(query, await self.store.scan(), model)
+
+    async def _retrieve(
+        self, ctx: ReplyContext, query: str, scan_task: asyncio.Task[ScanResult]
+    ) -> RetrievalResult:
+        scan = await asyncio.shield(scan_task)
+        return await self._select(query, scan, self.retrieval_model or ctx.agent.model)
+
+    async def _select(
+        self, query: str, scan: ScanResult, model: ChatModelBase | None
+    ) -> RetrievalResult:
+        valid = scan.valid
+        result = RetrievalResult(mode=self.selection, total=len(valid))
+        if not valid:
+            return result
+        ranker = self.store.ranker(scan)
+        by_name = {f.filename: f for f in valid}
+        if self.selection == "local" or model is None:
+            ranked = ranker.search(query, k=self.max_selected)
+            top = ranked[0][1] if ranked else 0.0
+            chosen = [key for key, score in ranked if score >= top * LOCAL_MIN_SCORE_RATIO]
+            result.mode = "local"
+            result.candidates = len(valid)
+        else:
+            candidates = self._candidates(query, valid, ranker)
+            result.candidates = len(candidates)
+            try:
+                chosen = await self._ask_model(model, query, candidates)
+            except (MnemoscopeError, ValueError) as exc:
+                # the memories are still useful: fall back to the ranker, and say so
+                ranked = ranker.search(query, k=self.max_selected)
+                chosen = [key for key, _ in ranked]
+                result.mode = "local"
+                result.fallback_reason = f"{type(exc).__name__}: {exc}"
+        result.files = await self._load(chosen, by_name)
+        return result
+
+    def _candidates(self, query: str, valid: list[MemoryFile], ranker: Any) -> list[MemoryFile]:
+        if len(valid) <= self.manifest_max_files:
+            return sorted(valid, key=lambda f: -(f.mtime or 0.0))
+        by_name = {f.filename: f for f in valid}
+        picked = [by_name[k] for k, _ in ranker.search(query, k=self.manifest_max_files)]
+        if len(picked) < self.manifest_max_files:
+            seen = {f.filename for f in picked}
+            newest = sorted(valid, key=lambda f: -(f.mtime or 0.0))
+            picked += [f for f in newest if f.filename not in seen][
+                : self.manifest_max_files - len(picked)
+            ]
+        return picked
+
+    async def _ask_model(
+        self, model: ChatModelBase, query: str, candidates: list[MemoryFile]
+    ) -> list[str]:
+        manifest = render_manifest(candidates)
+        messages: list[Msg] = [
+            SystemMsg(
+                self.retrieval_instructions.replace("{max_selected}", str(self.max_selected))
+            ),
+            UserMsg("user", f"User message:\n{query}\n\nMemory files:\n{manifest}"),
+        ]
+        selection = await model.generate_structured_output(messages, MemorySelection)
+        allowed = {f.filename for f in candidates}
+        chosen: list[str] = []
+        for name in selection.selected_files:
+            name = name.strip().lstrip("./")
+            if name.startswith(f"{MEMORY_DIRNAME}/"):
+                name = name[len(MEMORY_DIRNAME) + 1 :]
+            if name in allowed and name not in chosen:
+                chosen.append(name)
+        return chosen[: self.max_selected]
+
+    async def _load(
+        self, chosen: list[str], by_name: dict[str, MemoryFile]
+    ) -> list[tuple[MemoryFile, str]]:
+        out = []
+        for name in chosen[: self.max_selected]:
+            try:
+                text = await self.store.read_text(name)
+            except (FileNotFoundError, MnemoscopeError, OSError):
+                continue  # removed since the scan
+            out.append((by_name[name], _truncate_tokens(text, self.hint_max_tokens_per_file)))
+        return out
+
+    def _inject(
+        self, reply: ReplyContext, task: asyncio.Task[RetrievalResult], st: dict[str, Any]
+    ) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            self._report(reply, f"memory retrieval failed: {type(exc).__name__}: {exc}")
+            return
+        result = task.result()
+        if result.fallback_reason:
+            self._report(
+                reply,
+                f"retrieval model failed ({result.fallback_reason}); used the local ranker instead",
+            )
+        skipped = [
+            mf.filename for mf, _ in result.files if mf.filename in st["read"] | st["injected"]
+        ]
+        files = [(mf, text) for mf, text in result.files if mf.filename not in skipped]
+        data = {
+            "files": [mf.filename for mf, _ in files],
+            "skipped_already_seen": skipped,
+            "mode": result.mode,
+            "candidates": result.candidates,
+            "total": result.total,
+        }
+        if files:
+            st["injected"].update(mf.filename for mf, _ in files)
+            reply.add_hint(HintBlock(hint=render_hint(files, now=time.time()), source=SOURCE))
+        reply.emit(
+            MemoryEvent(
+                source=SOURCE,
+                action="retrieve",
+                message=f"{len(files)} memories injected",
+                data=data,
+            )
+        )
+
+    # -------------------------------------------------------------- helpers
+    def _memory_filename(self, reply: ReplyContext, tool_input: dict[str, Any]) -> str | None:
+        path = tool_input.get("file_path") or tool_input.get("path")
+        if not isinstance(path, str) or not path:
+            return None
+        if not path.startswith("/") and self.backend is None:
+            path = os.path.join(reply.agent.state.permission_context.cwd, path)
+        return self.store.filename_of(path)
+
+    async def _check_written(self, filename: str) -> str:
+        """A note for the model after it wrote a memory file (bad frontmatter, no index line)."""
+        try:
+            text = await self.store.read_text(filename)
+            index_text = (await self.store.read_index()).text
+        except (FileNotFoundError, MnemoscopeError, OSError):
+            return ""
+        mf = parse_memory_file(filename, self.store.path_of(filename), text)
+        notes = []
+        if not mf.valid:
+            notes.append(
+                f"Warning: {filename} has invalid memory frontmatter ({'; '.join(mf.errors)}). "
+                "It will not be found by retrieval until you fix it: start the file with '---', "
+                "then name, description and type (user, feedback, project or reference), "
+                "then '---'."
+            )
+        if filename not in {e.target for e in parse_index(index_text)}:
+            notes.append(f"Reminder: add a line for {filename} to {self.index_path}.")
+        return "\n".join(notes)
+
+    def _report(self, ctx: ReplyContext, message: str) -> None:
+        logger.warning("agentic memory (%s): %s", self.memory_dir, message)
+        ctx.emit(MemoryEvent(source=SOURCE, action="error", message=message))
+
+    def __repr__(self) -> str:
+        return f"AgenticMemoryMiddleware(workdir={self.workdir!r}, selection={self.selection!r})"
+
+
+def _token_counter(agent: Agent) -> Any:
+    model = getattr(agent, "model", None)
+    return model.count_tokens if model is not None else count_tokens
+
+
+def _truncate_tokens(text: str, max_tokens: int) -> str:
+    n = count_tokens(text)
+    if n <= max_tokens:
+        return text
+    cut = int(len(text) * max_tokens / n)
+    while cut > 0 and count_tokens(text[:cut]) > max_tokens:
+        cut = int(cut * 0.9)
+    return text[:cut].rstrip() + "\n[... truncated; Read the file for the rest]"
+
+
+def _record_read(agent: Agent, backend_key: str, real_path: str, version: str) -> None:
+    """Tell the agent's file tools that it has seen ``real_path`` at ``version``.
+
+    Uses the tools' read-before-write bookkeeping (``ToolContext.state`` is the agent's
+    ``state.tool_state``; entries are keyed ``"<backend key>:<real path>"``), and only for
+    tools working on the same file namespace as this middleware.
+    """
+    from mnemoscope.tool import _file_tools
+
+    keys = {
+        tool.backend.key
+        for tool in agent.toolkit.tools
+        if isinstance(tool, _file_tools._FileTool) and tool.backend.key == backend_key
+    }
+    reads = agent.state.tool_state.setdefault(_file_tools.STATE_KEY, {})
+    for key in keys:
+        reads[f"{key}:{real_path}"] = version

@@ -1,0 +1,361 @@
+"""Access to one memory directory: layout, index, scans (cached), writes with version checks.
+
+Example::
+
+    store = MemoryStore("/tmp/demo")              # local disk, <workdir>/Memory
+    await store.ensure_layout()
+    text, version = await store.read_index()
+    scan = await store.scan()                     # every memory file, parsed and validated
+    ranker = store.ranker(scan)                   # BM25 over the valid ones (cached)
+
+On local disk (no backend, or a ``LocalBackend``) a scan is one pass of ``os.scandir`` in a
+worker thread, and only files whose size or modification time changed are read again. With
+any other workspace backend the same is done through the backend's async methods. Every
+write uses the workspace's crash-safe, locked write (``mnemoscope.workspace._fsops``
+locally), so the middleware, the CLI and the agent's Write/Edit tools serialise on the
+same per-directory lock and version checks are exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import posixpath
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mnemoscope.errors import MemoryStoreError
+from mnemoscope.middleware._agentic_files import (
+    INDEX_FILENAME,
+    MEMORY_DIRNAME,
+    MemoryFile,
+    parse_memory_file,
+)
+from mnemoscope.middleware._agentic_ranker import BM25Ranker, RankerDoc
+
+if TYPE_CHECKING:
+    from mnemoscope.workspace import BackendBase
+
+MAX_MEMORY_FILE_BYTES = 256 * 1024
+"""Memory files larger than this are reported invalid and not read for retrieval."""
+
+_TMP_PREFIX = ".mnemoscope-tmp-"
+_MAX_FILES = 200_000
+
+
+@dataclass(frozen=True)
+class IndexSnapshot:
+    """``MEMORY.md`` at one moment.
+
+    Attributes:
+        text: its content.
+        cheap_version: ``mtime_ns:size`` (what :meth:`MemoryStore.index_version` returns).
+        version: the workspace's exact version token (``expected_version`` of a write).
+        real_path: the file's real path (symlinks resolved).
+    """
+
+    text: str
+    cheap_version: str
+    version: str
+    real_path: str
+
+
+@dataclass
+class ScanResult:
+    """Every memory file of the directory (``MEMORY.md`` excluded), sorted by file name."""
+
+    files: list[MemoryFile]
+
+    @property
+    def valid(self) -> list[MemoryFile]:
+        return [f for f in self.files if f.valid]
+
+    @property
+    def invalid(self) -> list[MemoryFile]:
+        return [f for f in self.files if not f.valid]
+
+    def by_name(self) -> dict[str, MemoryFile]:
+        return {f.filename: f for f in self.files}
+
+    @property
+    def signature(self) -> tuple[tuple[str, float | None, int], ...]:
+        return tuple((f.filename, f.mtime, f.size) for f in self.files)
+
+
+class MemoryStore:
+    """One memory directory, ``<workdir>/<memory_dirname>``.
+
+    Args:
+        workdir: the agent's working directory (a path in the backend's file system).
+        backend: a workspace backend; ``None`` means the local disk.
+        memory_dirname: the directory name under ``workdir``.
+    """
+
+    def __init__(
+        self,
+        workdir: str,
+        backend: BackendBase | None = None,
+        *,
+        memory_dirname: str = MEMORY_DIRNAME,
+    ) -> None:
+        self.backend = backend
+        self._local = backend is None or _is_local_backend(backend)
+        if self._local:
+            workdir = os.path.abspath(os.path.expanduser(workdir))
+        self.workdir = workdir
+        self.memdir = posixpath.join(workdir, memory_dirname)
+        self.index_path = posixpath.join(self.memdir, INDEX_FILENAME)
+        self._parsed: dict[str, tuple[int, int, MemoryFile]] = {}
+        self._ranker: tuple[tuple[Any, ...], BM25Ranker] | None = None
+        self._layout_ready = False
+
+    # ------------------------------------------------------------------ paths
+    def path_of(self, filename: str) -> str:
+        return posixpath.join(self.memdir, filename)
+
+    def filename_of(self, path: str) -> str | None:
+        """The name relative to the memory directory, or ``None`` when outside it."""
+        norm = posixpath.normpath(path)
+        if self._local:
+            norm = os.path.realpath(norm) if os.path.exists(norm) else os.path.abspath(norm)
+            memdir = os.path.realpath(self.memdir) if os.path.exists(self.memdir) else self.memdir
+        else:
+            memdir = posixpath.normpath(self.memdir)
+        if norm.startswith(memdir.rstrip("/") + "/"):
+            return norm[len(memdir.rstrip("/")) + 1 :]
+        return None
+
+    # ----------------------------------------------------------------- layout
+    async def ensure_layout(self) -> bool:
+        """Create the directory and an empty ``MEMORY.md`` unless they exist.
+
+        The index is created with a compare-and-swap against "absent", so two processes
+        starting at once cannot overwrite each other (nor a line the first one added).
+        Returns True when this call created the index.
+        """
+        if self._local and await asyncio.to_thread(os.path.isfile, self.index_path):
+            return False
+        if not self._local and self._layout_ready:
+            return False
+        try:
+            await self._write(self.index_path, b"", expected_version=_ABSENT)
+            created = True
+        except _ConflictError:
+            created = False
+        self._layout_ready = True
+        return created
+
+    # ------------------------------------------------------------------ index
+    async def index_version(self) -> str:
+        """A cheap token that changes when ``MEMORY.md`` changes (``mtime_ns:size``)."""
+        st = await self._stat(self.index_path)
+        return "absent" if st is None else f"{st[0]}:{st[1]}"
+
+    async def read_index(self) -> IndexSnapshot:
+        """``MEMORY.md`` as it is now (empty, version ``"absent"``, when missing)."""
+        try:
+            data, cheap, exact, real = await self._read(self.index_path)
+        except FileNotFoundError:
+            return IndexSnapshot("", "absent", _ABSENT, self.index_path)
+        return IndexSnapshot(data.decode("utf-8", errors="replace"), cheap, exact, real)
+
+    @property
+    def backend_key(self) -> str:
+        """The file namespace of this store (the backend's ``key``)."""
+        return self._backend().key
+
+    async def write_index(self, text: str, *, expected_version: str | None) -> str:
+        """Replace ``MEMORY.md`` if it is still at ``expected_version``; returns the new version.
+
+        Raises:
+            MemoryStoreError: the index changed since it was read (re-read and retry).
+        """
+        try:
+            return await self._write(self.index_path, text.encode("utf-8"), expected_version)
+        except _ConflictError as exc:
+            raise MemoryStoreError(f"{self.index_path} changed since it was read: {exc}") from None
+
+    # ------------------------------------------------------------------ files
+    async def read_text(self, filename: str) -> str:
+        data, _, _, _ = await self._read(self.path_of(filename))
+        return data.decode("utf-8", errors="replace")
+
+    async def write_text(
+        self, filename: str, text: str, *, expected_version: str | None = None
+    ) -> str:
+        try:
+            return await self._write(self.path_of(filename), text.encode("utf-8"), expected_version)
+        except _ConflictError as exc:
+            raise MemoryStoreError(f"{filename} changed since it was read: {exc}") from None
+
+    async def remove(self, filename: str) -> None:
+        await self._backend().remove(self.path_of(filename))
+
+    async def scan(self) -> ScanResult:
+        """Every memory file, parsed and validated; unchanged files come from a cache."""
+        if self._local:
+            raw = await asyncio.to_thread(_scan_local, self.memdir, dict(self._parsed))
+        else:
+            raw = await self._scan_backend()
+        files: list[MemoryFile] = []
+        parsed: dict[str, tuple[int, int, MemoryFile]] = {}
+        for rel, mtime_ns, size, text in raw:
+            cached = self._parsed.get(rel)
+            if text is None and cached is not None and cached[:2] == (mtime_ns, size):
+                mf = cached[2]
+            elif text is None:  # too large
+                mf = MemoryFile(
+                    filename=rel,
+                    path=self.path_of(rel),
+                    mtime=mtime_ns / 1e9,
+                    size=size,
+                    errors=[f"file is {size} bytes, over the {MAX_MEMORY_FILE_BYTES} byte limit"],
+                )
+            else:
+                mf = parse_memory_file(
+                    rel, self.path_of(rel), text, mtime=mtime_ns / 1e9, size=size
+                )
+            parsed[rel] = (mtime_ns, size, mf)
+            files.append(mf)
+        self._parsed = parsed
+        files.sort(key=lambda f: f.filename)
+        return ScanResult(files)
+
+    def ranker(self, scan: ScanResult) -> BM25Ranker:
+        """A BM25 ranker over the valid files of ``scan`` (rebuilt only when files changed)."""
+        sig = scan.signature
+        if self._ranker is None or self._ranker[0] != sig:
+            docs = [
+                RankerDoc(f.filename, f.name or "", f.description or "", f.body) for f in scan.valid
+            ]
+            self._ranker = (sig, BM25Ranker(docs))
+        return self._ranker[1]
+
+    # ---------------------------------------------------------- backend glue
+    def _backend(self) -> BackendBase:
+        if self.backend is None:
+            from mnemoscope.workspace import LocalBackend
+
+            self.backend = LocalBackend()
+        return self.backend
+
+    async def _stat(self, path: str) -> tuple[int, int] | None:
+        if self._local:
+            try:
+                st = await asyncio.to_thread(os.stat, path)
+            except FileNotFoundError:
+                return None
+            return st.st_mtime_ns, st.st_size
+        info = await self._backend().stat(path)
+        return (info.mtime_ns, info.size) if info.exists else None
+
+    async def _read(self, path: str) -> tuple[bytes, str, str, str]:
+        from mnemoscope.workspace import WorkspaceError
+
+        try:
+            res = await self._backend().read_file(path)
+        except FileNotFoundError:
+            raise
+        except WorkspaceError as exc:
+            raise MemoryStoreError(f"cannot read {path}: {exc.message}") from None
+        return res.data, f"{res.stat.mtime_ns}:{res.stat.size}", res.stat.version, res.stat.path
+
+    async def _write(self, path: str, data: bytes, expected_version: str | None) -> str:
+        from mnemoscope.workspace import FileChangedError, WorkspaceError
+
+        try:
+            res = await self._backend().write_bytes(path, data, expected_version=expected_version)
+        except FileChangedError as exc:
+            raise _ConflictError(exc.message) from None
+        except WorkspaceError as exc:
+            raise MemoryStoreError(f"cannot write {path}: {exc.message}") from None
+        return res.stat.version
+
+    async def _scan_backend(self) -> list[tuple[str, int, int, str | None]]:
+        backend = self._backend()
+        try:
+            paths, _ = await backend.glob("**/*.md", self.memdir, limit=_MAX_FILES)
+        except FileNotFoundError:
+            return []
+        out: list[tuple[str, int, int, str | None]] = []
+        for path in paths:
+            rel = self.filename_of(path) or path
+            if rel == INDEX_FILENAME or posixpath.basename(rel).startswith("."):
+                continue
+            info = await backend.stat(path)
+            if not info.exists:
+                continue
+            cached = self._parsed.get(rel)
+            if (cached is not None and cached[:2] == (info.mtime_ns, info.size)) or (
+                info.size > MAX_MEMORY_FILE_BYTES
+            ):
+                out.append((rel, info.mtime_ns, info.size, None))
+                continue
+            try:
+                data, _, _, _ = await self._read(path)
+            except FileNotFoundError:
+                continue
+            out.append((rel, info.mtime_ns, info.size, data.decode("utf-8", errors="replace")))
+        return out
+
+
+_ABSENT = "absent"
+
+
+class _ConflictError(Exception):
+    pass
+
+
+def _is_local_backend(backend: object) -> bool:
+    try:
+        from mnemoscope.workspace import LocalBackend
+    except ImportError:  # pragma: no cover - the workspace layer always ships LocalBackend
+        return False
+    return type(backend) is LocalBackend
+
+
+def _scan_local(
+    memdir: str, cache: dict[str, tuple[int, int, MemoryFile]]
+) -> list[tuple[str, int, int, str | None]]:
+    """Walk ``memdir`` (regular ``*.md`` files, no symlinks, no dot entries).
+
+    Returns ``(relative name, mtime_ns, size, text)``; ``text`` is ``None`` when the
+    cached parse is still current (same size and mtime) or the file is too large.
+    """
+    out: list[tuple[str, int, int, str | None]] = []
+    stack = [("", memdir)]
+    while stack:
+        rel_dir, real_dir = stack.pop()
+        try:
+            it = os.scandir(real_dir)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        with it:
+            for entry in it:
+                name = entry.name
+                if name.startswith(".") or name.startswith(_TMP_PREFIX):
+                    continue
+                rel = rel_dir + name
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append((rel + "/", entry.path))
+                    continue
+                if not name.endswith(".md") or rel == INDEX_FILENAME:
+                    continue
+                if not entry.is_file(follow_symlinks=False):
+                    continue
+                st = entry.stat(follow_symlinks=False)
+                cached = cache.get(rel)
+                if (cached is not None and cached[:2] == (st.st_mtime_ns, st.st_size)) or (
+                    st.st_size > MAX_MEMORY_FILE_BYTES
+                ):
+                    out.append((rel, st.st_mtime_ns, st.st_size, None))
+                    continue
+                try:
+                    with open(entry.path, "rb") as f:
+                        data = f.read(MAX_MEMORY_FILE_BYTES + 1)
+                except OSError:
+                    continue
+                out.append(
+                    (rel, st.st_mtime_ns, st.st_size, data.decode("utf-8", errors="replace"))
+                )
+    return out

@@ -1,0 +1,567 @@
+"""Long-term memory as middleware, over any :class:`~mnemoscope.memory.LongTermMemoryBase`.
+
+Example::
+
+    memory = LongTermMemoryMiddleware(store, user_id="alice", mode="both")
+    agent = Agent(
+        name="assistant",
+        system_prompt="You are a helpful assistant.",
+        model=agent_model,
+        toolkit=Toolkit(tools=await memory.list_tools()),
+        middlewares=[memory],
+    )
+    await agent.reply("Remember that I prefer dark-mode charts.")
+    await memory.aclose()   # flushes background writes
+
+Control modes (``mode``):
+
+* ``"static_control"``: before each reply the user's message is searched and the hits are
+  shown to the model as an ``AssistantMsg(name="memory")`` (``ReplyContext.injected``:
+  this reply only, never stored); after the reply exactly the user's input and the final
+  answer are written back. No tools: :meth:`list_tools` returns ``[]``.
+* ``"agent_control"``: the tools ``search_memory(keywords, limit)`` and
+  ``add_memory(thinking, content)`` plus a short system-prompt nudge; nothing automatic.
+* ``"both"``: both at once.
+
+Write-back happens when the loop ends with an answer (``done``) or at ``max_iters`` (then
+the last thing the assistant said is the answer, never the framework's "I stopped after
+N steps" notice); a reply that raised or was cancelled writes nothing. Failures are loud:
+a static search or write that fails or times out is logged and reported as a
+``MemoryEvent(action="error")`` while the reply goes on; a tool's failure is an error
+result the model reads. With ``await_write=False`` the write runs in a task tracked by the
+middleware (it outlives the reply by design); its failure is logged and emitted on the
+reply stream if that is still open, and :meth:`aclose` waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import AsyncIterator, Awaitable
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from mnemoscope.errors import MemoryStoreError, UserError
+from mnemoscope.memory import LongTermMemoryBase, MemoryItem, RecordResult
+from mnemoscope.message import AssistantMsg, Msg, UserMsg
+from mnemoscope.middleware._base import MiddlewareBase, ReplyHandler
+from mnemoscope.middleware._context import ReplyContext
+from mnemoscope.middleware._events import AgentEvent, MemoryEvent
+from mnemoscope.tool import FunctionTool, ToolBase, ToolContext, ToolResult
+
+if TYPE_CHECKING:
+    from mnemoscope.agent import Agent
+
+logger = logging.getLogger("mnemoscope.middleware.long_term")
+
+_T = TypeVar("_T")
+
+Mode = Literal["static_control", "agent_control", "both"]
+MODES: tuple[str, ...] = ("static_control", "agent_control", "both")
+
+MEMORY_MSG_NAME = "memory"
+SEARCH_TOOL = "search_memory"
+ADD_TOOL = "add_memory"
+
+NUDGE = """## Long-term memory
+You have a long-term memory that persists across conversations with this user.{tools}
+Store durable facts only (preferences, facts about the user, decisions), never secrets."""
+_SEARCH_LINE = (
+    "\n- Before answering anything that may depend on earlier conversations, call "
+    "`search_memory` with a few short, specific keywords."
+)
+_ADD_LINE = (
+    "\n- When you learn something worth remembering later, call `add_memory` with one "
+    "standalone sentence per fact."
+)
+_STATIC_LINE = (
+    "\n- Memories relevant to the current message may already be shown as a message named 'memory'."
+)
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip().casefold()
+
+
+class LongTermMemoryMiddleware(MiddlewareBase):
+    """The three control modes, the two tools, injection and write-back over one store.
+
+    Args:
+        store: where memories live.
+        user_id: whose memories these are (required).
+        mode: ``"static_control"``, ``"agent_control"`` or ``"both"``.
+        agent_id: tags writes; also filters searches when ``scope_search_by_agent``.
+        run_id: tags writes and filters searches (leave ``None`` for memory that spans
+            sessions).
+        top_k: memories retrieved per static search; default ``limit`` of ``search_memory``.
+        threshold: minimum relevance score; ``None`` lets the store decide.
+        scope_search_by_agent: when ``False``, searches see the user's memories from every
+            agent.
+        await_write: await the post-reply write (``True``) or run it in a tracked
+            background task.
+        name: ``source`` of the :class:`MemoryEvent` s this middleware emits.
+        search_timeout: seconds one search may take (``None``: no limit).
+        write_timeout: seconds one write may take (``None``: no limit).
+        tool_infer: ``infer`` passed to the store by ``add_memory``. ``False`` (default)
+            stores each sentence exactly as the agent wrote it; ``True`` lets the store's
+            LLM re-extract it (it may rewrite, merge or drop the fact).
+        close_store: close ``store`` in :meth:`aclose` (set by subclasses that build it).
+    """
+
+    def __init__(
+        self,
+        store: LongTermMemoryBase,
+        *,
+        user_id: str,
+        mode: Mode = "both",
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        top_k: int = 5,
+        threshold: float | None = None,
+        scope_search_by_agent: bool = True,
+        await_write: bool = True,
+        name: str = "long_term_memory",
+        search_timeout: float | None = 30.0,
+        write_timeout: float | None = 120.0,
+        tool_infer: bool = False,
+        close_store: bool = False,
+    ) -> None:
+        if not isinstance(store, LongTermMemoryBase):
+            raise UserError(f"store must be a LongTermMemoryBase, got {type(store).__name__}")
+        if not isinstance(user_id, str) or not user_id.strip():
+            raise UserError(f"user_id must be a non-empty string, got {user_id!r}")
+        if mode not in MODES:
+            raise UserError(f"mode must be one of {', '.join(map(repr, MODES))}, got {mode!r}")
+        if not isinstance(top_k, int) or top_k < 1:
+            raise UserError(f"top_k must be a positive integer, got {top_k!r}")
+        for label, value in (("search_timeout", search_timeout), ("write_timeout", write_timeout)):
+            if value is not None and value <= 0:
+                raise UserError(f"{label} must be positive or None, got {value!r}")
+        self.store = store
+        self.user_id = user_id
+        self.mode: Mode = mode
+        self.agent_id = agent_id
+        self.run_id = run_id
+        self.top_k = top_k
+        self.threshold = threshold
+        self.scope_search_by_agent = scope_search_by_agent
+        self.await_write = await_write
+        self.name = name
+        self.search_timeout = search_timeout
+        self.write_timeout = write_timeout
+        self.tool_infer = tool_infer
+        self._close_store = close_store
+        self._closed = False
+        self._background: set[asyncio.Task[Any]] = set()
+        self.failed_background_writes = 0
+        """Background writes that failed since construction (each was logged)."""
+        self._tools = self._make_tools() if mode != "static_control" else []
+
+    # ------------------------------------------------------------- properties
+    @property
+    def static(self) -> bool:
+        return self.mode in ("static_control", "both")
+
+    @property
+    def agentic(self) -> bool:
+        return self.mode in ("agent_control", "both")
+
+    @property
+    def search_agent_id(self) -> str | None:
+        """The ``agent_id`` searches filter by (``None`` when searches span agents)."""
+        return self.agent_id if self.scope_search_by_agent else None
+
+    @property
+    def pending_writes(self) -> int:
+        """Background writes not finished yet."""
+        return sum(1 for t in self._background if not t.done())
+
+    # -------------------------------------------------------------- lifecycle
+    def setup(self, agent: Agent) -> None:
+        if self.agentic and not any(agent.toolkit.get(t.name) is t for t in self._tools):
+            logger.warning(
+                "%r runs in mode=%r but the agent %r lacks its tools; pass "
+                "Toolkit(tools=await middleware.list_tools())",
+                self,
+                self.mode,
+                agent.name,
+            )
+
+    async def list_tools(self) -> list[ToolBase]:
+        """``search_memory`` and ``add_memory`` (none in ``static_control`` mode)."""
+        return list(self._tools)
+
+    async def aclose(self) -> None:
+        """Wait for background writes, then close the store if this middleware owns it."""
+        await self.flush()
+        if self._close_store and not self._closed:
+            self._closed = True
+            await self.store.aclose()
+        self._closed = True
+
+    async def flush(self) -> None:
+        """Wait for the background writes started on the running event loop."""
+        loop = asyncio.get_running_loop()
+        mine = [t for t in self._background if t.get_loop() is loop]
+        foreign = [t for t in self._background if t.get_loop() is not loop and not t.done()]
+        if foreign:
+            logger.warning(
+                "%d background memory writes belong to another event loop and cannot be "
+                "awaited here; close the middleware on the loop that ran the replies",
+                len(foreign),
+            )
+        if mine:
+            await asyncio.gather(*mine, return_exceptions=True)
+
+    # ------------------------------------------------------------- the hooks
+    async def on_reply(
+        self, ctx: ReplyContext, next_handler: ReplyHandler
+    ) -> AsyncIterator[AgentEvent]:
+        if self.static:
+            event = await self._inject(ctx)
+            if event is not None:
+                yield event
+        async for event in next_handler(ctx):
+            yield event
+        # reached only when the loop ended normally (an exception or cancellation skips it)
+        if self.static and ctx.result is not None and ctx.exit_reason in ("done", "max_iters"):
+            event = await self._write_back(ctx)
+            if event is not None:
+                yield event
+
+    async def on_system_prompt(self, ctx: ReplyContext, prompt: str) -> str:
+        if not self.agentic:
+            return prompt
+        toolkit = ctx.agent.toolkit
+        lines = ""
+        if any(t.name == SEARCH_TOOL and toolkit.get(t.name) is t for t in self._tools):
+            lines += _SEARCH_LINE
+        if any(t.name == ADD_TOOL and toolkit.get(t.name) is t for t in self._tools):
+            lines += _ADD_LINE
+        if not lines:
+            return prompt
+        if self.static:
+            lines += _STATIC_LINE
+        return f"{prompt}\n\n{NUDGE.format(tools=lines)}"
+
+    # ------------------------------------------------------------ static path
+    async def _inject(self, ctx: ReplyContext) -> MemoryEvent | None:
+        query = ctx.input.get_text_content().strip()
+        if not query:
+            return None
+        try:
+            items = await self._retrieve(query, self.top_k)
+        except Exception as exc:  # reported, and the reply goes on
+            logger.warning("%s: long-term memory search failed: %s", self.name, exc)
+            return self._event(ctx, "error", f"search failed: {exc}", {"phase": "retrieve"})
+        if items:
+            ctx.injected.append(AssistantMsg(MEMORY_MSG_NAME, format_memories(items)))
+        return self._event(
+            ctx,
+            "retrieve",
+            f"{len(items)} memories injected" if items else "no relevant memories",
+            {"query": query, "items": [_item_data(i) for i in items]},
+        )
+
+    async def _write_back(self, ctx: ReplyContext) -> MemoryEvent | None:
+        exchange = self.exchange(ctx)
+        if not exchange:
+            return None
+        if not self.await_write:
+            task = asyncio.get_running_loop().create_task(
+                self._background_write(ctx, exchange), name=f"{self.name}-write-{ctx.reply_id}"
+            )
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+            return self._event(
+                ctx, "write", "write-back started in the background", {"background": True}
+            )
+        try:
+            result = await self._record(exchange)
+        except Exception as exc:  # reported, and the reply goes on
+            logger.warning("%s: long-term memory write failed: %s", self.name, exc)
+            return self._event(ctx, "error", f"write failed: {exc}", {"phase": "write"})
+        return self._write_event(ctx, result)
+
+    async def _background_write(self, ctx: ReplyContext, exchange: list[Msg]) -> None:
+        try:
+            result = await self._record(exchange)
+        except Exception as exc:  # a background task has no caller to raise to
+            self.failed_background_writes += 1
+            logger.warning("%s: background long-term memory write failed: %s", self.name, exc)
+            ctx.emit(
+                self._event(ctx, "error", f"background write failed: {exc}", {"phase": "write"})
+            )
+            return
+        ctx.emit(self._write_event(ctx, result))
+
+    def exchange(self, ctx: ReplyContext) -> list[Msg]:
+        """What static write-back stores for a finished reply: the user's input and the
+        final answer (text only; never the injected memories or a framework notice)."""
+        out: list[Msg] = []
+        question = ctx.input.get_text_content().strip()
+        if question:
+            out.append(UserMsg(ctx.input.name, question))
+        answer = ""
+        if ctx.exit_reason == "max_iters":
+            said = [
+                m.get_text_content().strip()
+                for m in ctx.transcript
+                if m.role == "assistant" and m is not ctx.result and m.get_text_content().strip()
+            ]
+            answer = said[-1] if said else ""
+        elif ctx.result is not None:
+            answer = ctx.result.get_text_content().strip()
+        if answer:
+            name = ctx.result.name if ctx.result is not None else ctx.agent.name
+            out.append(AssistantMsg(name, answer))
+        return out
+
+    def _write_event(self, ctx: ReplyContext, result: RecordResult) -> MemoryEvent:
+        data = {
+            "added": [_item_data(i) for i in result.added],
+            "updated": [_item_data(i) for i in result.updated],
+            "skipped": len(result.skipped),
+        }
+        n = len(result.added) + len(result.updated)
+        message = f"{n} memories stored" if n else "the store kept nothing new from this exchange"
+        return self._event(ctx, "write", message, data)
+
+    def _event(
+        self, ctx: ReplyContext, action: str, message: str, data: dict[str, Any]
+    ) -> MemoryEvent:
+        return MemoryEvent(
+            reply_id=ctx.reply_id,
+            source=self.name,
+            action=action,
+            message=message,
+            data=data,  # type: ignore[arg-type]
+        )
+
+    # ------------------------------------------------------------ store calls
+    async def _timed(self, awaitable: Awaitable[_T], limit: float | None, what: str) -> _T:
+        try:
+            async with asyncio.timeout(limit):
+                return await awaitable
+        except TimeoutError as exc:
+            if limit is None:
+                raise MemoryStoreError(f"{what} timed out: {exc}") from exc
+            raise MemoryStoreError(f"{what} timed out after {limit:g} s") from None
+
+    async def _retrieve(self, query: str, limit: int) -> list[MemoryItem]:
+        return await self._timed(
+            self.store.retrieve(
+                query,
+                user_id=self.user_id,
+                agent_id=self.search_agent_id,
+                run_id=self.run_id,
+                limit=limit,
+                threshold=self.threshold,
+            ),
+            self.search_timeout,
+            "the memory search",
+        )
+
+    async def _record(self, content: Any, infer: bool | None = None) -> RecordResult:
+        return await self._timed(
+            self.store.record(
+                content,
+                user_id=self.user_id,
+                agent_id=self.agent_id,
+                run_id=self.run_id,
+                infer=infer,
+            ),
+            self.write_timeout,
+            "the memory write",
+        )
+
+    # ------------------------------------------------------------------ tools
+    def _make_tools(self) -> list[ToolBase]:
+        mw = self
+
+        async def search_memory(
+            keywords: list[str], limit: int = 5, ctx: ToolContext | None = None
+        ) -> ToolResult:
+            """Search long-term memory about the user (facts, preferences, past decisions).
+
+            Args:
+                keywords: short, specific keywords or phrases; each is searched on its own
+                    and the results are merged.
+                limit: maximum number of memories to return.
+            """
+            return await mw.search_memory(keywords, limit, ctx)
+
+        async def add_memory(
+            thinking: str, content: list[str], ctx: ToolContext | None = None
+        ) -> ToolResult:
+            """Save durable facts to long-term memory for future conversations.
+
+            Args:
+                thinking: why these facts are worth remembering (not stored).
+                content: the facts, one standalone sentence each; each becomes its own memory.
+            """
+            return await mw.add_memory(thinking, content, ctx)
+
+        search_memory.__defaults__ = (self.top_k, None)
+        # the context parameter must be annotated with the class itself to be hidden
+        search_memory.__annotations__["ctx"] = ToolContext
+        add_memory.__annotations__["ctx"] = ToolContext
+        return [
+            FunctionTool(search_memory, is_read_only=True, auto_allow=True),
+            FunctionTool(add_memory, auto_allow=True),
+        ]
+
+    async def search_memory(
+        self, keywords: list[str], limit: int | None = None, ctx: ToolContext | None = None
+    ) -> ToolResult:
+        """The ``search_memory`` tool: each keyword its own query; merged by id, best score."""
+        limit = self.top_k if limit is None else limit
+        queries = list(dict.fromkeys(k.strip() for k in keywords if k and k.strip()))
+        if not queries:
+            return ToolResult.error("search_memory needs at least one non-empty keyword.")
+        if limit < 1:
+            return ToolResult.error(f"limit must be at least 1, got {limit}.")
+        outcomes = await asyncio.gather(
+            *(self._retrieve(q, limit) for q in queries), return_exceptions=True
+        )
+        best: dict[str, MemoryItem] = {}
+        failures: list[str] = []
+        for query, outcome in zip(queries, outcomes, strict=True):
+            if isinstance(outcome, asyncio.CancelledError):
+                raise outcome
+            if isinstance(outcome, BaseException):
+                failures.append(f"{query!r}: {outcome}")
+                continue
+            for item in outcome:
+                key = item.id or _norm(item.content)
+                kept = best.get(key)
+                if kept is None or (item.score or float("-inf")) > (kept.score or float("-inf")):
+                    best[key] = item
+        items = sorted(
+            best.values(),
+            key=lambda i: i.score if i.score is not None else float("-inf"),
+            reverse=True,
+        )
+        items = items[:limit]
+        reply = ctx.reply if ctx is not None else None
+        if failures and len(failures) == len(queries):
+            message = "search_memory failed for every keyword: " + "; ".join(failures)
+            logger.warning("%s: %s", self.name, message)
+            if reply is not None:
+                reply.emit(self._event(reply, "error", message, {"phase": "search_memory"}))
+            return ToolResult.error(message + ". Nothing was found; do not assume memory is empty.")
+        if reply is not None:
+            reply.emit(
+                self._event(
+                    reply,
+                    "error" if failures else "retrieve",
+                    f"search_memory: {len(items)} memories"
+                    + (f"; failed: {'; '.join(failures)}" if failures else ""),
+                    {
+                        "keywords": queries,
+                        "items": [_item_data(i) for i in items],
+                        "phase": "search_memory",
+                    },
+                )
+            )
+        lines = [
+            f"{len(items)} memories for {', '.join(map(repr, queries))}:"
+            if items
+            else f"No memories found for {', '.join(map(repr, queries))}."
+        ]
+        lines += [
+            f"- {i.content}" + (f" (score {i.score:.2f})" if i.score is not None else "")
+            for i in items
+        ]
+        if failures:
+            lines.append(
+                "Warning: these searches failed, results may be incomplete: " + "; ".join(failures)
+            )
+        return ToolResult(output="\n".join(lines), metadata={"ids": [i.id for i in items]})
+
+    async def add_memory(
+        self, thinking: str, content: list[str], ctx: ToolContext | None = None
+    ) -> ToolResult:
+        """The ``add_memory`` tool: each sentence of ``content`` becomes its own memory."""
+        sentences = list(dict.fromkeys(s.strip() for s in content if s and s.strip()))
+        if not sentences:
+            return ToolResult.error("add_memory got no content: nothing was stored.")
+        outcomes = await asyncio.gather(
+            *(self._add_one(s) for s in sentences), return_exceptions=True
+        )
+        stored: list[tuple[str, list[MemoryItem]]] = []
+        known: list[str] = []
+        failed: list[str] = []
+        for sentence, outcome in zip(sentences, outcomes, strict=True):
+            if isinstance(outcome, asyncio.CancelledError):
+                raise outcome
+            if isinstance(outcome, BaseException):
+                failed.append(f"{sentence!r}: {outcome}")
+            elif outcome is None:
+                known.append(sentence)
+            elif outcome.stored_anything:
+                stored.append((sentence, outcome.added + outcome.updated))
+            else:
+                failed.append(f"{sentence!r}: the store kept nothing")
+        lines: list[str] = []
+        if stored:
+            lines.append(f"Stored {len(stored)} of {len(sentences)} memories:")
+            lines += [f"- {s}" for s, _ in stored]
+        if known:
+            lines.append("Already in memory (not stored again):")
+            lines += [f"- {s}" for s in known]
+        if failed:
+            lines.append("NOT stored:")
+            lines += [f"- {f}" for f in failed]
+        message = "\n".join(lines)
+        reply = ctx.reply if ctx is not None else None
+        if failed:
+            logger.warning(
+                "%s: add_memory did not store everything: %s", self.name, "; ".join(failed)
+            )
+        if reply is not None:
+            reply.emit(
+                self._event(
+                    reply,
+                    "error" if failed else "write",
+                    message,
+                    {
+                        "phase": "add_memory",
+                        "added": [_item_data(i) for _, items in stored for i in items],
+                        "already_known": known,
+                        "failed": failed,
+                    },
+                )
+            )
+        ids = [i.id for _, items in stored for i in items]
+        return ToolResult(output=message, is_error=bool(failed), metadata={"ids": ids})
+
+    async def _add_one(self, sentence: str) -> RecordResult | None:
+        """Store one sentence; ``None`` when an identical memory already exists."""
+        try:
+            hits = await self._retrieve(sentence, 3)
+        except Exception as exc:  # the duplicate check is an optimisation
+            logger.info("%s: duplicate check failed, storing anyway: %s", self.name, exc)
+            hits = []
+        if any(_norm(h.content) == _norm(sentence) for h in hits):
+            return None
+        return await self._record(sentence, infer=self.tool_infer)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(store={self.store!r}, user_id={self.user_id!r}, "
+            f"mode={self.mode!r}, agent_id={self.agent_id!r})"
+        )
+
+
+def format_memories(items: list[MemoryItem]) -> str:
+    """The text of the injected ``AssistantMsg(name="memory")``."""
+    lines = [
+        "Long-term memories that may be relevant to the next message (from earlier conversations):"
+    ]
+    lines += [f"- {i.content}" for i in items]
+    return "\n".join(lines)
+
+
+def _item_data(item: MemoryItem) -> dict[str, Any]:
+    return {"id": item.id, "content": item.content, "score": item.score}

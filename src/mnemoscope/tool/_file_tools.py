@@ -1,0 +1,429 @@
+"""Built-in file tools: ``Read``, ``Write``, ``Edit``, ``Glob`` and ``Grep`` over a backend.
+
+Example::
+
+    from mnemoscope.tool import Edit, Read, Toolkit, Write
+
+    toolkit = Toolkit(tools=[Read(), Write(), Edit()])           # LocalBackend
+    toolkit = Toolkit(tools=[Read(backend=backend), Write(backend=backend)])
+
+Safety: every call passes the permission context's working directories (``roots``) to
+the backend, which refuses to touch anything whose real location is outside them (unless
+the mode is ``BYPASS`` or the tool is called without a permission context). Overwriting
+or editing an existing file requires that this agent read it and that it has not changed
+since (tracked in ``ToolContext.state["file_reads"]`` by version token).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mnemoscope.permission import PermissionMode
+from mnemoscope.tool._base import PathAccess, ToolBase, ToolContext, ToolResult
+from mnemoscope.workspace import BackendBase, LocalBackend, WorkspaceError
+from mnemoscope.workspace._fsops import FsError, decode_text
+
+READ_MAX_BYTES = 256 * 1024
+"""A whole-file Read above this size is refused (use offset/limit)."""
+READ_HARD_MAX_BYTES = 32 * 1024 * 1024
+"""No Read, even partial, loads more than this."""
+READ_DEFAULT_LINES = 2000
+MAX_LINE_CHARS = 2000
+STATE_KEY = "file_reads"
+
+
+class _FileTool(ToolBase):
+    """Shared plumbing: backend, roots, path handling, read tracking."""
+
+    def __init__(self, backend: BackendBase | None = None) -> None:
+        self.backend = backend if backend is not None else LocalBackend()
+
+    def _abs(self, path: str) -> str:
+        return self.backend.abspath(path)
+
+    @staticmethod
+    def _roots(ctx: ToolContext) -> list[str] | None:
+        pc = ctx.permission_context
+        if pc is None or pc.mode == PermissionMode.BYPASS:
+            return None
+        return [str(r) for r in pc.roots()]
+
+    def _reads(self, ctx: ToolContext) -> dict[str, str]:
+        return ctx.state.setdefault(STATE_KEY, {})  # type: ignore[no-any-return]
+
+    def _key(self, real_path: str) -> str:
+        return f"{self.backend.key}:{real_path}"
+
+    def _remember(self, ctx: ToolContext, real_path: str, version: str) -> None:
+        self._reads(ctx)[self._key(real_path)] = version
+
+    def _error(self, exc: WorkspaceError, path: str = "") -> ToolResult:
+        hint = {
+            "not_found": " Check the path (Glob can find files).",
+            "is_directory": " Use Glob to list a directory.",
+            "read_only": "",
+        }.get(exc.code, "")
+        return ToolResult.error(f"{self.name} failed: {exc.message}{hint}")
+
+    async def _check_fresh(
+        self, ctx: ToolContext, path: str, roots: list[str] | None
+    ) -> str | ToolResult:
+        """The version to write against, or an error when the file was not read or changed."""
+        st = await self.backend.stat(path, roots=roots)
+        if not st.exists:
+            return st.version  # "absent": creating a new file needs no read
+        if st.type == "directory":
+            return ToolResult.error(f"{self.name} failed: {path} is a directory, not a file.")
+        seen = self._reads(ctx).get(self._key(st.path))
+        if seen is None:
+            return ToolResult.error(
+                f"{path} already exists and has not been read yet. Call Read on it first, "
+                f"then call {self.name} again."
+            )
+        if seen != st.version:
+            return ToolResult.error(
+                f"{path} has changed since you last read it (modified by someone else). "
+                f"Read it again, then redo the {self.name}."
+            )
+        return st.version
+
+
+# ------------------------------------------------------------------------- Read
+class ReadInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    file_path: str = Field(description="Absolute path of the file to read.")
+    offset: int | None = Field(
+        None, ge=1, description="Line number to start from (1-based). Omit to start at 1."
+    )
+    limit: int | None = Field(
+        None, ge=1, description=f"Number of lines to read (default {READ_DEFAULT_LINES})."
+    )
+
+
+class Read(_FileTool):
+    """Read a text file with numbered lines (``cat -n`` style).
+
+    Args:
+        backend: where the file lives (default: :class:`LocalBackend`).
+        max_bytes: a whole-file read of a larger file is refused with a message telling
+            the model to use ``offset``/``limit``.
+    """
+
+    name = "Read"
+    description = (
+        "Read a text file. Returns lines prefixed with their line number (cat -n style). "
+        f"Reads up to {READ_DEFAULT_LINES} lines from the start by default; use offset and "
+        "limit for long files. Lines longer than 2000 characters are cut. You must Read a "
+        "file before you Write over it or Edit it."
+    )
+    Input = ReadInput
+    is_read_only = True
+
+    def __init__(self, backend: BackendBase | None = None, *, max_bytes: int = READ_MAX_BYTES):
+        super().__init__(backend)
+        self.max_bytes = max_bytes
+
+    def permission_paths(self, tool_input: BaseModel) -> list[PathAccess]:
+        assert isinstance(tool_input, ReadInput)
+        return [PathAccess(self._abs(tool_input.file_path), "read")]
+
+    async def call(self, tool_input: ReadInput, ctx: ToolContext) -> ToolResult:
+        path = self._abs(tool_input.file_path)
+        partial = tool_input.offset is not None or tool_input.limit is not None
+        cap = READ_HARD_MAX_BYTES if partial else self.max_bytes
+        try:
+            content = await self.backend.read_file(path, roots=self._roots(ctx), max_bytes=cap)
+        except WorkspaceError as exc:
+            if exc.code == "too_large":
+                return ToolResult.error(
+                    f"{path} is larger than {cap // 1024} KiB; call Read with offset and limit "
+                    "to read part of it (or Grep to find the lines you need)."
+                )
+            return self._error(exc)
+        try:
+            text, _ = decode_text(content.data)
+        except FsError:
+            return ToolResult.error(
+                f"{path} is a binary file ({content.stat.size} bytes); Read shows text only."
+            )
+        self._remember(ctx, content.stat.path, content.stat.version)
+        if not text:
+            return ToolResult(output=f"({path} is empty)", metadata={"lines": 0})
+        lines = text.splitlines()
+        start = (tool_input.offset or 1) - 1
+        count = tool_input.limit or READ_DEFAULT_LINES
+        if start >= len(lines):
+            return ToolResult.error(
+                f"offset {start + 1} is past the end of {path} ({len(lines)} lines)."
+            )
+        chunk = lines[start : start + count]
+        out = []
+        for n, line in enumerate(chunk, start + 1):
+            if len(line) > MAX_LINE_CHARS:
+                line = line[:MAX_LINE_CHARS] + f"... [{len(line) - MAX_LINE_CHARS} chars cut]"
+            out.append(f"{n:>6}\t{line}")
+        end = start + len(chunk)
+        if end < len(lines):
+            out.append(
+                f"... ({len(lines) - end} more lines; call Read with offset={end + 1} to continue)"
+            )
+        return ToolResult(
+            output="\n".join(out),
+            metadata={"lines": len(lines), "version": content.stat.version},
+        )
+
+
+# ------------------------------------------------------------------------ Write
+class WriteInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    file_path: str = Field(description="Absolute path of the file to write.")
+    content: str = Field(description="The full new content of the file.")
+
+
+class Write(_FileTool):
+    """Create a file or replace its whole content (atomically).
+
+    An existing file must have been Read first and be unchanged since; its encoding and
+    CRLF line endings are kept.
+    """
+
+    name = "Write"
+    description = (
+        "Write a file (creates it, with missing parent directories, or replaces its whole "
+        "content). To overwrite an existing file you must Read it first. Prefer Edit for "
+        "changes to part of a file."
+    )
+    Input = WriteInput
+
+    def permission_paths(self, tool_input: BaseModel) -> list[PathAccess]:
+        assert isinstance(tool_input, WriteInput)
+        return [PathAccess(self._abs(tool_input.file_path), "write")]
+
+    async def call(self, tool_input: WriteInput, ctx: ToolContext) -> ToolResult:
+        path = self._abs(tool_input.file_path)
+        roots = self._roots(ctx)
+        try:
+            version = await self._check_fresh(ctx, path, roots)
+            if isinstance(version, ToolResult):
+                return version
+            res = await self.backend.write_text(
+                path, tool_input.content, roots=roots, expected_version=version
+            )
+        except WorkspaceError as exc:
+            if exc.code == "conflict":
+                return ToolResult.error(
+                    f"{path} changed while you were writing it ({exc.message}). Read it again, "
+                    "then redo the Write."
+                )
+            return self._error(exc)
+        self._remember(ctx, res.stat.path, res.stat.version)
+        lines = tool_input.content.count("\n") + (0 if tool_input.content.endswith("\n") else 1)
+        verb = "Created" if res.created else "Updated"
+        return ToolResult(
+            output=f"{verb} {path} ({lines} lines, {res.stat.size} bytes).",
+            metadata={"created": res.created, "version": res.stat.version},
+        )
+
+
+# ------------------------------------------------------------------------- Edit
+class EditInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    file_path: str = Field(description="Absolute path of the file to edit.")
+    old_string: str = Field(description="The exact text to replace (must occur exactly once).")
+    new_string: str = Field(description="The text to put instead (must differ).")
+    replace_all: bool = Field(False, description="Replace every occurrence of old_string.")
+
+
+class Edit(_FileTool):
+    """Replace an exact string in a file, atomically and under the file lock.
+
+    ``old_string`` must occur exactly once unless ``replace_all``; the file must have been
+    Read first and be unchanged since. CRLF files stay CRLF (``\\n`` in the strings
+    matches ``\\r\\n``). An empty ``old_string`` creates a missing (or fills an empty) file.
+    """
+
+    name = "Edit"
+    description = (
+        "Replace old_string with new_string in a file. old_string must match the file "
+        "exactly (whitespace included) and occur exactly once, unless replace_all is true. "
+        "Read the file first; copy old_string from the Read output without the line-number "
+        "prefix."
+    )
+    Input = EditInput
+
+    def permission_paths(self, tool_input: BaseModel) -> list[PathAccess]:
+        assert isinstance(tool_input, EditInput)
+        return [PathAccess(self._abs(tool_input.file_path), "write")]
+
+    async def call(self, tool_input: EditInput, ctx: ToolContext) -> ToolResult:
+        path = self._abs(tool_input.file_path)
+        if tool_input.old_string == tool_input.new_string:
+            return ToolResult.error("Edit failed: old_string and new_string are identical.")
+        roots = self._roots(ctx)
+        try:
+            version = await self._check_fresh(ctx, path, roots)
+            if isinstance(version, ToolResult):
+                return version
+            if version == "absent" and tool_input.old_string:
+                return ToolResult.error(
+                    f"Edit failed: {path} does not exist. Use Write to create it "
+                    "(or Edit with an empty old_string)."
+                )
+            res = await self.backend.edit(
+                path,
+                tool_input.old_string,
+                tool_input.new_string,
+                replace_all=tool_input.replace_all,
+                roots=roots,
+                expected_version=version,
+            )
+        except WorkspaceError as exc:
+            if exc.code == "conflict":
+                return ToolResult.error(
+                    f"{path} changed since you last read it ({exc.message}). Read it again, "
+                    "then redo the Edit."
+                )
+            return self._error(exc)
+        self._remember(ctx, res.stat.path, res.stat.version)
+        many = "s" if res.replacements != 1 else ""
+        return ToolResult(
+            output=f"Edited {path}: {res.replacements} replacement{many} (first at line {res.line}).",
+            metadata={"replacements": res.replacements, "version": res.stat.version},
+        )
+
+
+# ------------------------------------------------------------------------- Glob
+class GlobInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    pattern: str = Field(
+        description='Glob pattern, e.g. "**/*.md" or "notes/*.txt" ("**" crosses directories).'
+    )
+    path: str | None = Field(
+        None, description="Directory to search in (default: the working directory)."
+    )
+
+
+def _split_glob(pattern: str, base: str) -> tuple[str, str]:
+    """Move the literal leading directories of an absolute pattern into the base."""
+    if not pattern.startswith("/"):
+        return base, pattern
+    parts = pattern.split("/")
+    i = 1
+    while i < len(parts) - 1 and not any(c in parts[i] for c in "*?[{"):
+        i += 1
+    return "/".join(parts[:i]) or "/", "/".join(parts[i:])
+
+
+class Glob(_FileTool):
+    """List files whose path matches a glob pattern (sorted, at most ``limit``)."""
+
+    name = "Glob"
+    description = (
+        "Find files by glob pattern (e.g. '**/*.md'). Returns matching file paths, one a "
+        "line. Use Grep to search inside files."
+    )
+    Input = GlobInput
+    is_read_only = True
+
+    def __init__(self, backend: BackendBase | None = None, *, limit: int = 500) -> None:
+        super().__init__(backend)
+        self.limit = limit
+
+    def _target(self, tool_input: GlobInput) -> tuple[str, str]:
+        return _split_glob(tool_input.pattern, self._abs(tool_input.path or self.backend.cwd))
+
+    def permission_paths(self, tool_input: BaseModel) -> list[PathAccess]:
+        assert isinstance(tool_input, GlobInput)
+        return [PathAccess(self._target(tool_input)[0], "read")]
+
+    async def call(self, tool_input: GlobInput, ctx: ToolContext) -> ToolResult:
+        base, pattern = self._target(tool_input)
+        try:
+            paths, truncated = await self.backend.glob(
+                pattern, base, roots=self._roots(ctx), limit=self.limit
+            )
+        except WorkspaceError as exc:
+            return self._error(exc)
+        if not paths:
+            return ToolResult(output=f"No files match {pattern!r} in {base}.")
+        out = "\n".join(paths)
+        if truncated:
+            out += f"\n... (more than {self.limit} matches; use a narrower pattern)"
+        return ToolResult(output=out, metadata={"count": len(paths), "truncated": truncated})
+
+
+# ------------------------------------------------------------------------- Grep
+class GrepInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    pattern: str = Field(description="Regular expression (Python syntax) to search for.")
+    path: str | None = Field(
+        None, description="File or directory to search (default: the working directory)."
+    )
+    glob: str | None = Field(
+        None, description='Only search files matching this glob, e.g. "*.md" or "**/*.py".'
+    )
+    case_insensitive: bool = Field(False, description="Ignore case.")
+    output_mode: Literal["content", "files_with_matches", "count"] = Field(
+        "content",
+        description="content: matching lines as path:line:text; files_with_matches: paths; "
+        "count: matches per file.",
+    )
+    head_limit: int = Field(200, ge=1, le=5000, description="Maximum matches to return.")
+
+
+class Grep(_FileTool):
+    """Search file contents with a regular expression."""
+
+    name = "Grep"
+    description = (
+        "Search file contents with a regular expression. Returns path:line:text lines "
+        "(or file paths, or counts, per output_mode). Binary files are skipped."
+    )
+    Input = GrepInput
+    is_read_only = True
+
+    def permission_paths(self, tool_input: BaseModel) -> list[PathAccess]:
+        assert isinstance(tool_input, GrepInput)
+        return [PathAccess(self._abs(tool_input.path or self.backend.cwd), "read")]
+
+    async def call(self, tool_input: GrepInput, ctx: ToolContext) -> ToolResult:
+        path = self._abs(tool_input.path or self.backend.cwd)
+        try:
+            res = await self.backend.grep(
+                tool_input.pattern,
+                path,
+                roots=self._roots(ctx),
+                glob=tool_input.glob,
+                ignore_case=tool_input.case_insensitive,
+                limit=tool_input.head_limit,
+            )
+        except WorkspaceError as exc:
+            return self._error(exc)
+        if not res.matches:
+            return ToolResult(
+                output=f"No matches for {tool_input.pattern!r} in {path} "
+                f"({res.files_searched} files searched)."
+            )
+        if tool_input.output_mode == "files_with_matches":
+            lines = list(dict.fromkeys(m.path for m in res.matches))
+        elif tool_input.output_mode == "count":
+            counts: dict[str, int] = {}
+            for m in res.matches:
+                counts[m.path] = counts.get(m.path, 0) + 1
+            lines = [f"{p}:{n}" for p, n in counts.items()]
+        else:
+            lines = [f"{m.path}:{m.line}:{m.text[:MAX_LINE_CHARS]}" for m in res.matches]
+        if res.truncated:
+            lines.append(f"... (stopped at {tool_input.head_limit} matches; narrow the search)")
+        meta: dict[str, Any] = {"matches": len(res.matches), "truncated": res.truncated}
+        return ToolResult(output="\n".join(lines), metadata=meta)
+
+
+__all__ = ["Edit", "Glob", "Grep", "Read", "Write"]

@@ -1,0 +1,163 @@
+"""E2B workspace: files and commands in an E2B cloud sandbox (extra ``e2b``).
+
+Example::
+
+    from mnemoscope.workspace import E2BWorkspace
+
+    async with E2BWorkspace() as ws:               # needs E2B_API_KEY
+        backend = ws.get_backend()
+        await backend.write_text(ws.workdir + "/notes.md", "hello\\n")
+
+File operations run the shared helper (``_fsops.py``, uploaded with ``files.write``)
+through ``commands.run``, so writes are atomic and locked inside the sandbox as well.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shlex
+from typing import Any
+
+from mnemoscope._optional import require
+from mnemoscope.errors import UserError
+from mnemoscope.workspace import _fsops
+from mnemoscope.workspace._base import (
+    BackendBase,
+    ExecResult,
+    WorkspaceBase,
+    WorkspaceError,
+    make_error,
+)
+
+HELPER_DIR = "/tmp/.mnemoscope"
+HELPER_PATH = HELPER_DIR + "/_fsops.py"
+_INLINE_LIMIT = 32_000
+
+
+class E2BBackend(BackendBase):
+    """Backend over an ``e2b.AsyncSandbox``.
+
+    Args:
+        sandbox: the sandbox.
+        workdir: working directory inside the sandbox.
+        python: Python interpreter inside the sandbox.
+    """
+
+    name = "e2b"
+
+    def __init__(self, sandbox: Any, workdir: str = "/home/user/workspace", python: str = "python3"):
+        super().__init__(workdir)
+        self.sandbox = sandbox
+        self.python = python
+
+    @property
+    def key(self) -> str:
+        return f"e2b:{getattr(self.sandbox, 'sandbox_id', id(self.sandbox))}"
+
+    async def install_helper(self) -> None:
+        await self.sandbox.files.make_dir(HELPER_DIR)
+        await self.sandbox.files.make_dir(self.cwd)
+        with open(_fsops.__file__, "rb") as f:
+            await self.sandbox.files.write(HELPER_PATH, f.read())
+
+    async def _run(self, cmd: str, *, timeout: float, cwd: str | None = None) -> Any:
+        e2b = require("e2b", extra="e2b", feature="E2BBackend")
+        try:
+            return await self.sandbox.commands.run(cmd, cwd=cwd, timeout=timeout)
+        except e2b.CommandExitException as exc:
+            return exc  # carries stdout, stderr, exit_code
+
+    async def _call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        req = json.dumps({"op": op, "args": _fsops.to_json(args)})
+        if len(req) <= _INLINE_LIMIT:
+            arg = req
+        else:
+            arg_path = f"{HELPER_DIR}/req-{secrets.token_hex(8)}.json"
+            await self.sandbox.files.write(arg_path, req.encode())
+            arg = "@" + arg_path
+        res = await self._run(
+            f"{self.python} {HELPER_PATH} once {shlex.quote(arg)}", timeout=120
+        )
+        if res.exit_code != 0 or not res.stdout:
+            raise WorkspaceError(
+                f"the file helper failed in the E2B sandbox (exit {res.exit_code}): "
+                f"{res.stderr[-2000:]}",
+                "unavailable",
+            )
+        out = json.loads(res.stdout)
+        if not out["ok"]:
+            raise make_error(out["code"], out["message"])
+        return _fsops.from_json(out["result"])  # type: ignore[no-any-return]
+
+    async def exec(self, cmd: str, *, timeout: float = 60.0) -> ExecResult:
+        e2b = require("e2b", extra="e2b", feature="E2BBackend")
+        try:
+            res = await self._run(cmd, timeout=timeout, cwd=self.cwd)
+        except e2b.TimeoutException as exc:
+            return ExecResult(exit_code=-9, stdout="", stderr=str(exc), timed_out=True)
+        return ExecResult(exit_code=res.exit_code, stdout=res.stdout, stderr=res.stderr)
+
+
+class E2BWorkspace(WorkspaceBase):
+    """An E2B sandbox as a workspace.
+
+    Args:
+        template: sandbox template (default: E2B's base template).
+        workdir: working directory inside the sandbox (created).
+        api_key: E2B key (default: the ``E2B_API_KEY`` environment variable).
+        timeout: sandbox lifetime in seconds.
+        network: allow internet access from the sandbox (default False).
+        sandbox: attach to an existing ``AsyncSandbox`` (not killed on close).
+    """
+
+    def __init__(
+        self,
+        template: str | None = None,
+        workdir: str = "/home/user/workspace",
+        *,
+        api_key: str | None = None,
+        timeout: int = 300,
+        network: bool = False,
+        sandbox: Any = None,
+    ) -> None:
+        super().__init__()
+        self.template = template
+        self._workdir = workdir
+        self.api_key = api_key
+        self.timeout = timeout
+        self.network = network
+        self._sandbox = sandbox
+        self._owns_sandbox = sandbox is None
+
+    @property
+    def workdir(self) -> str:
+        return self._workdir
+
+    async def initialize(self) -> None:
+        if self._backend is not None:
+            return
+        e2b = require("e2b", extra="e2b", feature="E2BWorkspace")
+        if self._sandbox is None:
+            api_key = self.api_key or os.environ.get("E2B_API_KEY")
+            if not api_key:
+                raise UserError(
+                    "E2BWorkspace needs an API key: pass api_key=... or set E2B_API_KEY"
+                )
+            self._sandbox = await e2b.AsyncSandbox.create(
+                template=self.template,
+                timeout=self.timeout,
+                allow_internet_access=self.network,
+                api_key=api_key,
+            )
+        backend = E2BBackend(self._sandbox, self._workdir)
+        await backend.install_helper()
+        await backend._call("ping", {})
+        self._backend = backend
+
+    async def close(self) -> None:
+        self._backend = None
+        sandbox, self._sandbox = self._sandbox, None
+        if sandbox is not None and self._owns_sandbox:
+            await sandbox.kill()

@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+import pytest
+
+from mnemoscope._optional import require
+from mnemoscope.errors import MissingExtraError
+
+
+def test_missing_module_names_the_extra() -> None:
+    with pytest.raises(MissingExtraError) as info:
+        require("definitely_not_installed_module_xyz", extra="redis", feature="RedisMemory")
+    message = str(info.value)
+    assert "RedisMemory requires the 'redis' extra" in message
+    assert "pip install 'mnemoscope[redis]'" in message
+    assert isinstance(info.value, ImportError)
+
+
+def test_present_module_is_returned() -> None:
+    assert require("json", extra="x", feature="y").dumps([1]) == "[1]"

@@ -1,0 +1,79 @@
+"""The backend contract suite runs over every backend.
+
+Local and Bubblewrap always run (Bubblewrap skips only without ``bwrap``; it fails under
+MNEMOSCOPE_REQUIRE_SERVICES=1). Docker needs a reachable Docker engine; E2B needs
+``E2B_API_KEY``; both skip with that reason otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+
+from mnemoscope.workspace import (
+    BackendBase,
+    BubblewrapWorkspace,
+    DockerWorkspace,
+    E2BWorkspace,
+    LocalBackend,
+    WorkspaceBase,
+)
+
+REQUIRE = os.environ.get("MNEMOSCOPE_REQUIRE_SERVICES") == "1"
+
+
+@dataclass
+class BackendCase:
+    name: str
+    backend: BackendBase
+    workdir: str
+    workspace: WorkspaceBase | None = None
+
+
+def _docker_reason() -> str | None:
+    try:
+        import docker
+    except ImportError:
+        return "the 'docker' extra is not installed"
+    try:
+        client = docker.from_env()
+        client.ping()
+        client.close()
+    except Exception as exc:  # noqa: BLE001 - any failure means no engine
+        return f"no Docker engine reachable ({type(exc).__name__}); start dockerd to run these"
+    return None
+
+
+@pytest.fixture(params=["local", "bubblewrap", "docker", "e2b"])
+async def case(request: pytest.FixtureRequest, tmp_path) -> AsyncIterator[BackendCase]:
+    work = tmp_path / "work"
+    work.mkdir()
+    if request.param == "local":
+        yield BackendCase("local", LocalBackend(cwd=str(work)), str(work))
+        return
+    ws: WorkspaceBase
+    if request.param == "bubblewrap":
+        if shutil.which("bwrap") is None:
+            msg = "bubblewrap is not installed (apt-get install bubblewrap)"
+            if REQUIRE:
+                pytest.fail(msg)
+            pytest.skip(msg)
+        ws = BubblewrapWorkspace(workdir=str(work))
+    elif request.param == "docker":
+        reason = _docker_reason()
+        if reason:
+            pytest.skip(reason)
+        ws = DockerWorkspace()
+    else:
+        if not os.environ.get("E2B_API_KEY"):
+            pytest.skip("E2B_API_KEY is not set; E2B sandboxes need an account")
+        ws = E2BWorkspace()
+    await ws.initialize()
+    try:
+        yield BackendCase(request.param, ws.get_backend(), ws.workdir, ws)
+    finally:
+        await ws.close()
