@@ -61,7 +61,13 @@ class AgentRunError(MnemoscopeError):
 
 
 class ModelCallError(AgentRunError):
-    """The chat model call failed."""
+    """The chat model call failed.
+
+    Attributes:
+        status_code: the HTTP status when the provider answered with an error.
+    """
+
+    status_code: int | None = None
 
 
 __all__ = [

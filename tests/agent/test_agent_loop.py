@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from pydantic import BaseModel
 
 from mnemoscope.agent import Agent
 from mnemoscope.errors import UserError
 from mnemoscope.memory import InMemoryMemory
 from mnemoscope.message import HintBlock, Msg, ToolResultBlock, UserMsg
 from mnemoscope.middleware import (
-    MiddlewareBase,
     ReplyEndEvent,
     TextDeltaEvent,
     ToolResultEvent,
@@ -19,7 +19,7 @@ from mnemoscope.middleware import (
 )
 from mnemoscope.permission import PermissionRequest
 from mnemoscope.testing import ScriptedChatModel, tool_call
-from mnemoscope.tool import PathAccess, ToolBase, ToolContext, ToolResult, Toolkit
+from mnemoscope.tool import PathAccess, ToolBase, ToolContext, Toolkit, ToolResult
 
 
 async def get_weather(city: str) -> str:
@@ -49,7 +49,9 @@ def make_agent(responses: list[object], **kwargs: object) -> tuple[Agent, Script
 
 
 async def test_tool_call_is_executed_and_result_fed_back() -> None:
-    agent, model = make_agent([tool_call("get_weather", city="Hangzhou"), "It is sunny in Hangzhou."])
+    agent, model = make_agent(
+        [tool_call("get_weather", city="Hangzhou"), "It is sunny in Hangzhou."]
+    )
     reply = await agent.reply("What's the weather in Hangzhou?")
     assert reply.get_text_content() == "It is sunny in Hangzhou."
     assert len(model.calls) == 2
@@ -146,9 +148,7 @@ class _WriteTool(ToolBase):
     name = "write_file"
     description = "Write a file."
 
-    from pydantic import BaseModel as _B
-
-    class Input(_B):
+    class Input(BaseModel):
         path: str
 
     def permission_paths(self, tool_input: Input) -> list[PathAccess]:  # type: ignore[override]

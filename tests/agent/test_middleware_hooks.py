@@ -161,7 +161,9 @@ class PromptCounter(MiddlewareBase):
 async def test_system_prompt_is_built_once_per_reply_unless_it_changed() -> None:
     mw = PromptCounter()
     model = ScriptedChatModel([tool_call("echo", text="1"), tool_call("echo", text="2"), "done"])
-    agent = Agent(name="a", system_prompt="base", model=model, toolkit=Toolkit([echo]), middlewares=[mw])
+    agent = Agent(
+        name="a", system_prompt="base", model=model, toolkit=Toolkit([echo]), middlewares=[mw]
+    )
     await agent.reply("go")
     assert mw.builds == 1
     assert {c.system_prompt for c in model.calls} == {"base\n[index v0]"}

@@ -36,7 +36,7 @@ def test_budget_drops_oldest_whole_groups_and_tells_the_model() -> None:
     result_ids = {b.id for m in kept for b in m.tool_results}
     assert use_ids == result_ids
     # what was kept is the most recent suffix of history
-    assert [m.id for m in kept] == [m.id for m in history[-len(kept):]]
+    assert [m.id for m in kept] == [m.id for m in history[-len(kept) :]]
     notice = built.messages[1].content[0]
     assert isinstance(notice, HintBlock)
     assert f"{len(built.dropped)} earlier messages" in notice.hint
@@ -52,7 +52,9 @@ def test_current_message_and_transcript_are_always_kept() -> None:
 
 
 def test_dangling_tool_use_from_a_crashed_turn_is_removed() -> None:
-    use = AssistantMsg("a", [ToolUseBlock(id="lost", name="echo"), ToolUseBlock(id="ok", name="echo")])
+    use = AssistantMsg(
+        "a", [ToolUseBlock(id="lost", name="echo"), ToolUseBlock(id="ok", name="echo")]
+    )
     res = UserMsg("tool", [ToolResultBlock(id="ok", name="echo", output="fine")])
     orphan = UserMsg("tool", [ToolResultBlock(id="ghost", name="echo", output="?")])
     clean = sanitize_history([use, res, orphan])

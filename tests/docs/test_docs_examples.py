@@ -45,7 +45,11 @@ BLOCKS = _blocks()
     ids=[f"{b[0]}#{b[1]}" for b in BLOCKS if not b[2].lstrip().startswith(NOT_RUN)],
 )
 def test_doc_example_runs(
-    doc: str, index: int, code: str, tmp_path: Path, service_checker  # type: ignore[no-untyped-def]
+    doc: str,
+    index: int,
+    code: str,
+    tmp_path: Path,
+    service_checker,  # type: ignore[no-untyped-def]
 ) -> None:
     for needle, (service, port) in NEEDS.items():
         if needle in code:
@@ -68,7 +72,9 @@ def test_excluded_examples_say_why() -> None:
     for doc, index, code in BLOCKS:
         first = code.lstrip().splitlines()[0] if code.strip() else ""
         if first.startswith(NOT_RUN):
-            assert len(first) > len(NOT_RUN) + 5, f"{doc} example #{index} must say why it is not run"
+            assert len(first) > len(NOT_RUN) + 5, (
+                f"{doc} example #{index} must say why it is not run"
+            )
 
 
 def test_there_are_examples() -> None:

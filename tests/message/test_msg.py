@@ -29,7 +29,9 @@ def _all_blocks_msg() -> Msg:
             TextBlock(text="hello 你好"),
             ThinkingBlock(thinking="let me think"),
             ToolUseBlock(id="c1", name="Read", input={"file_path": "/a", "nested": {"x": [1, 2]}}),
-            ToolResultBlock(id="c1", name="Read", output=[TextBlock(text="1\tline")], state="error"),
+            ToolResultBlock(
+                id="c1", name="Read", output=[TextBlock(text="1\tline")], state="error"
+            ),
             HintBlock(hint="remember", source="agentic_memory"),
             ImageBlock(source=URLSource(url="https://example.invalid/a.png")),
             ImageBlock(source=Base64Source(media_type="image/png", data="AAAA")),

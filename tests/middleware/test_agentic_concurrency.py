@@ -40,18 +40,26 @@ class Saver:
         result = last.tool_results[0] if last.tool_results else None
         if self.step == "write":
             self.step = "read"
-            body = render_memory_file(f"{who} {i}", f"Read when {who} item {i} matters", "project", "x")
+            body = render_memory_file(
+                f"{who} {i}", f"Read when {who} item {i} matters", "project", "x"
+            )
             return tool_call("Write", file_path=f"{memdir}/{self.name}", content=body)
         if self.step == "read":
             self.step = "edit"
             return tool_call("Read", file_path=index)
         if self.step == "edit":
             text = result.output_text()
-            lines = [re.sub(r"^\s*\d+\t", "", l) for l in text.splitlines() if re.match(r"^\s*\d+\t", l)]
+            numbered = r"^\s*\d+\t"
+            lines = [re.sub(numbered, "", l) for l in text.splitlines() if re.match(numbered, l)]
             self.step = "check"
             if not lines:
-                return tool_call("Edit", file_path=index, old_string="", new_string=self.line + "\n")
-            return tool_call("Edit", file_path=index, old_string=lines[-1], new_string=lines[-1] + "\n" + self.line)
+                return tool_call(
+                    "Edit", file_path=index, old_string="", new_string=self.line + "\n"
+                )
+            return tool_call(
+                "Edit", file_path=index, old_string=lines[-1],
+                new_string=lines[-1] + "\n" + self.line,
+            )
         if self.step == "check":
             if result.is_error:
                 assert "changed" in result.output_text(), result.output_text()
@@ -96,7 +104,7 @@ def test_two_processes_saving_50_memories_each_lose_nothing(tmp_path: Path) -> N
         for who in ("alpha", "beta")
     ]
     outputs = [p.communicate(timeout=600) for p in procs]
-    for p, (out, err) in zip(procs, outputs, strict=True):
+    for p, (_, err) in zip(procs, outputs, strict=True):
         assert p.returncode == 0, err[-3000:]
     memdir = workdir / "Memory"
     files = sorted(f.name for f in memdir.glob("*.md") if f.name != "MEMORY.md")

@@ -56,6 +56,11 @@ def seed_memories(workdir: Path, extra: dict[str, str] | None = None) -> Path:
     return memdir
 
 
+def read(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
 def select(*names: str) -> Any:
     """A scripted selection answer that also checks it was shown a manifest."""
 
@@ -117,8 +122,8 @@ async def test_seed_flow_first_agent_saves_second_agent_recalls(tmp_path: Path) 
                 new_string="- [User profile](user_profile.md) — where the user lives\n"
                 "- [Answer style](feedback_answer_style.md) — language and length of answers",
             ),
-            "好的，我记住了。",
-            "你住在杭州，喜欢简洁的中文回答。",
+            "好的，我记住了。",  # noqa: RUF001
+            "你住在杭州，喜欢简洁的中文回答。",  # noqa: RUF001
         ],
         structured={SELECTION: [select("user_profile.md", "feedback_answer_style.md")]},
     )
@@ -141,9 +146,12 @@ async def test_seed_flow_first_agent_saves_second_agent_recalls(tmp_path: Path) 
         path=workdir, source="long-term-memory-demo"
     )
 
-    first_events = [e async for e in agent.reply_stream(
-        "Remember that I live in Hangzhou and prefer concise Chinese answers."
-    )]
+    first_events = [
+        e
+        async for e in agent.reply_stream(
+            "Remember that I live in Hangzhou and prefer concise Chinese answers."
+        )
+    ]
 
     # Recreate an agent. Reusing the same workdir reuses the same Markdown memories.
     new_agent = Agent(
@@ -159,9 +167,9 @@ async def test_seed_flow_first_agent_saves_second_agent_recalls(tmp_path: Path) 
 
     results = [e.result for e in first_events if isinstance(e, ToolResultEvent)]
     assert [r.state for r in results] == ["success"] * 4, [r.output_text() for r in results]
-    index = Path(memdir, "MEMORY.md").read_text()
+    index = read(f"{memdir}/MEMORY.md")
     assert index.count("\n") == 2 and "(feedback_answer_style.md)" in index
-    assert Path(memdir, "user_profile.md").read_text() == PROFILE
+    assert read(f"{memdir}/user_profile.md") == PROFILE
 
     last = main_calls(my_chat_model)[-1]
     # the index line is in the second agent's system prompt ...
@@ -169,7 +177,7 @@ async def test_seed_flow_first_agent_saves_second_agent_recalls(tmp_path: Path) 
     # ... and the retrieved files came in as a hint, in a reply of a single model call
     (hint,) = hints_of(last)
     assert "The user lives in Hangzhou." in hint and "Answer in concise Chinese." in hint
-    assert answer.get_text_content() == "你住在杭州，喜欢简洁的中文回答。"
+    assert answer.get_text_content() == "你住在杭州，喜欢简洁的中文回答。"  # noqa: RUF001
 
 
 async def test_second_agent_needs_no_permission_setup_to_read(tmp_path: Path) -> None:
@@ -245,7 +253,10 @@ async def test_retrieval_not_ready_at_first_step_is_injected_at_a_later_one(tmp_
         return tool_call("Read", file_path=str(tmp_path / "Memory" / "MEMORY.md"))
 
     model = ScriptedChatModel(
-        [first_step, "Hangzhou.", ],
+        [
+            first_step,
+            "Hangzhou.",
+        ],
         structured={SELECTION: [gated]},
     )
     mw = AgenticMemoryMiddleware(workdir=str(tmp_path), retrieval_wait=0)
@@ -302,8 +313,10 @@ async def test_concurrent_replies_through_one_middleware_keep_their_own_retrieva
         async def answer() -> dict[str, Any]:
             await both_started.wait()  # both retrievals are in flight at the same time
             text = call.text()
-            wanted = "user_profile.md" if "live" in text.split("Memory files:")[0] else (
-                "feedback_answer_style.md"
+            wanted = (
+                "user_profile.md"
+                if "live" in text.split("Memory files:")[0]
+                else ("feedback_answer_style.md")
             )
             return {"selected_files": [wanted]}
 
@@ -384,11 +397,19 @@ async def test_prompt_is_built_once_and_rebuilt_only_when_the_index_changes(
     model = ScriptedChatModel(
         [
             tool_call("Read", file_path=str(memdir / "user_profile.md")),
-            tool_call("Write", file_path=str(memdir / "pet.md"), content=render_memory_file(
-                "Pet", "Read when pets come up", "user", "A cat, Mochi.")),
-            tool_call("Edit", file_path=str(memdir / "MEMORY.md"),
-                      old_string=INDEX.splitlines()[-1],
-                      new_string=INDEX.splitlines()[-1] + "\n" + line),
+            tool_call(
+                "Write",
+                file_path=str(memdir / "pet.md"),
+                content=render_memory_file(
+                    "Pet", "Read when pets come up", "user", "A cat, Mochi."
+                ),
+            ),
+            tool_call(
+                "Edit",
+                file_path=str(memdir / "MEMORY.md"),
+                old_string=INDEX.splitlines()[-1],
+                new_string=INDEX.splitlines()[-1] + "\n" + line,
+            ),
             "saved",
         ],
         structured={SELECTION: [select()]},

@@ -8,7 +8,8 @@ import sys
 CHECK = """
 import sys
 import mnemoscope.embedding, mnemoscope.model, mnemoscope.testing
-heavy = sorted(m for m in ("openai", "anthropic", "torch", "sentence_transformers") if m in sys.modules)
+names = ("openai", "anthropic", "torch", "sentence_transformers")
+heavy = sorted(m for m in names if m in sys.modules)
 print(",".join(heavy))
 from mnemoscope.model import AnthropicChatModel, OpenAIChatModel
 print("openai" in sys.modules)

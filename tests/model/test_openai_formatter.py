@@ -143,6 +143,17 @@ def test_hint_never_splits_a_tool_call_from_its_result() -> None:
     assert 'source="agentic_memory"' in out[2]["content"]
 
 
+def test_hint_in_a_system_message_stays_in_it() -> None:
+    out = format_openai_messages(
+        [
+            SystemMsg([TextBlock(text="Be brief."), HintBlock(hint="MEMORY.md index")]),
+            UserMsg("a", "hi"),
+        ]
+    )
+    assert [m["role"] for m in out] == ["system", "user"]
+    assert out[0]["content"] == "Be brief.\n\n<system-hint>\nMEMORY.md index\n</system-hint>"
+
+
 def test_hint_in_a_plain_assistant_message_becomes_user_text() -> None:
     out = format_openai_messages([AssistantMsg("memory", [HintBlock(hint="likes tea")])])
     assert out == [{"role": "user", "content": "<system-hint>\nlikes tea\n</system-hint>"}]

@@ -29,7 +29,8 @@ from mnemoscope.workspace import BackendBase
 
 SECRET = "TOP-SECRET-7f3a9c"
 DENIAL = re.compile(
-    r"outside|denied|refused|not a regular file|NUL byte|longer than|look-alike|imitates"
+    r"outside the (?:working|allowed) directories|denied|refused|not a regular file"
+    r"|NUL byte|longer than|look-alike|imitates"
     r"|control or bidi|must be relative|device file|FIFO",
     re.IGNORECASE,
 )
@@ -78,31 +79,62 @@ def attempts(work: str, out: str, home: str) -> list[Attempt]:
         Attempt("read-very-long-path", "Read", {"file_path": work + "/a" * 2100}),
         Attempt("read-nul-byte", "Read", {"file_path": f"{work}/x\x00/../../outside/secret.txt"}),
         Attempt("read-proc-root-magic-link", "Read", {"file_path": f"/proc/self/root{s}"}),
-        Attempt("read-fullwidth-dots", "Read", {"file_path": f"{work}/\uff0e\uff0e/outside/secret.txt"}),
-        Attempt("read-division-slash", "Read", {"file_path": f"{work}/..\u2215outside\u2215secret.txt"}),
+        Attempt(
+            "read-fullwidth-dots", "Read", {"file_path": f"{work}/\uff0e\uff0e/outside/secret.txt"}
+        ),
+        Attempt(
+            "read-division-slash", "Read", {"file_path": f"{work}/..\u2215outside\u2215secret.txt"}
+        ),
         Attempt("read-bidi-override", "Read", {"file_path": f"{work}/\u202etxt.terces"}),
-        Attempt("read-case-variant", "Read", {"file_path": f"{work}/../OUTSIDE/../outside/secret.txt"}),
+        Attempt(
+            "read-case-variant", "Read", {"file_path": f"{work}/../OUTSIDE/../outside/secret.txt"}
+        ),
         Attempt("read-etc-passwd", "Read", {"file_path": "/etc/passwd"}),
         # ---- Write
         Attempt("write-absolute-outside", "Write", {"file_path": f"{out}/new.txt", "content": "x"}),
-        Attempt("write-dotdot", "Write", {"file_path": f"{work}/../outside/secret.txt", "content": "x"}),
-        Attempt("write-through-symlink", "Write", {"file_path": f"{work}/link_out", "content": "x"}),
-        Attempt("write-into-symlinked-dir", "Write",
-                {"file_path": f"{work}/linkdir_out/new.txt", "content": "x"}),
-        Attempt("write-dangling-symlink-out", "Write",
-                {"file_path": f"{work}/dangling_out", "content": "x"}),
+        Attempt(
+            "write-dotdot", "Write", {"file_path": f"{work}/../outside/secret.txt", "content": "x"}
+        ),
+        Attempt(
+            "write-through-symlink", "Write", {"file_path": f"{work}/link_out", "content": "x"}
+        ),
+        Attempt(
+            "write-into-symlinked-dir",
+            "Write",
+            {"file_path": f"{work}/linkdir_out/new.txt", "content": "x"},
+        ),
+        Attempt(
+            "write-dangling-symlink-out",
+            "Write",
+            {"file_path": f"{work}/dangling_out", "content": "x"},
+        ),
         Attempt("write-tilde", "Write", {"file_path": "~/.bashrc_mnemo", "content": "x"}),
         Attempt("write-dev-null", "Write", {"file_path": "/dev/null", "content": "x"}),
-        Attempt("write-mkdir-parents-through-link", "Write",
-                {"file_path": f"{work}/linkdir_out/deep/new.txt", "content": "x"}),
+        Attempt(
+            "write-mkdir-parents-through-link",
+            "Write",
+            {"file_path": f"{work}/linkdir_out/deep/new.txt", "content": "x"},
+        ),
         # ---- Edit
-        Attempt("edit-absolute-outside", "Edit",
-                {"file_path": s, "old_string": SECRET, "new_string": "pwned"}),
-        Attempt("edit-symlink-out", "Edit",
-                {"file_path": f"{work}/link_out", "old_string": SECRET, "new_string": "pwned"}),
-        Attempt("edit-symlinked-dir", "Edit",
-                {"file_path": f"{work}/linkdir_out/secret.txt", "old_string": SECRET,
-                 "new_string": "pwned"}),
+        Attempt(
+            "edit-absolute-outside",
+            "Edit",
+            {"file_path": s, "old_string": SECRET, "new_string": "pwned"},
+        ),
+        Attempt(
+            "edit-symlink-out",
+            "Edit",
+            {"file_path": f"{work}/link_out", "old_string": SECRET, "new_string": "pwned"},
+        ),
+        Attempt(
+            "edit-symlinked-dir",
+            "Edit",
+            {
+                "file_path": f"{work}/linkdir_out/secret.txt",
+                "old_string": SECRET,
+                "new_string": "pwned",
+            },
+        ),
         # ---- Glob
         Attempt("glob-dotdot-pattern", "Glob", {"pattern": "../outside/*"}),
         Attempt("glob-absolute-pattern", "Glob", {"pattern": f"{out}/**"}),
@@ -115,18 +147,36 @@ def attempts(work: str, out: str, home: str) -> list[Attempt]:
         Attempt("grep-dotdot-glob", "Grep", {"pattern": "SECRET", "glob": "../outside/*"}),
         Attempt("grep-dev-zero", "Grep", {"pattern": "x", "path": "/dev/zero"}),
         # ---- symlink swapped after the permission check (TOCTOU)
-        Attempt("toctou-read", "Read", {"file_path": f"{work}/swap_read.txt"},
-                _swap_file_to_link("swap_read.txt")),
-        Attempt("toctou-edit", "Edit",
-                {"file_path": f"{work}/swap_edit.txt", "old_string": SECRET, "new_string": "p"},
-                _swap_file_to_link("swap_edit.txt")),
-        Attempt("toctou-write-dir", "Write",
-                {"file_path": f"{work}/swapdir_w/new.txt", "content": "x"},
-                _swap_dir_to_link("swapdir_w")),
-        Attempt("toctou-grep-dir", "Grep", {"pattern": "SECRET", "path": f"{work}/swapdir_g"},
-                _swap_dir_to_link("swapdir_g")),
-        Attempt("toctou-glob-dir", "Glob", {"pattern": "*", "path": f"{work}/swapdir_l"},
-                _swap_dir_to_link("swapdir_l")),
+        Attempt(
+            "toctou-read",
+            "Read",
+            {"file_path": f"{work}/swap_read.txt"},
+            _swap_file_to_link("swap_read.txt"),
+        ),
+        Attempt(
+            "toctou-edit",
+            "Edit",
+            {"file_path": f"{work}/swap_edit.txt", "old_string": SECRET, "new_string": "p"},
+            _swap_file_to_link("swap_edit.txt"),
+        ),
+        Attempt(
+            "toctou-write-dir",
+            "Write",
+            {"file_path": f"{work}/swapdir_w/new.txt", "content": "x"},
+            _swap_dir_to_link("swapdir_w"),
+        ),
+        Attempt(
+            "toctou-grep-dir",
+            "Grep",
+            {"pattern": "SECRET", "path": f"{work}/swapdir_g"},
+            _swap_dir_to_link("swapdir_g"),
+        ),
+        Attempt(
+            "toctou-glob-dir",
+            "Glob",
+            {"pattern": "*", "path": f"{work}/swapdir_l"},
+            _swap_dir_to_link("swapdir_l"),
+        ),
     ]
 
 
@@ -176,12 +226,23 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, file_backend: Backend
     assert after == before, "something outside the working directory changed"
 
 
-async def _run(tool, args: dict, perm: PermissionContext, ctx: ToolContext, *, engine: bool,
-               after_check=None, work=None, outside=None) -> ToolResult:
+async def _run(
+    tool,
+    args: dict,
+    perm: PermissionContext,
+    ctx: ToolContext,
+    *,
+    engine: bool,
+    after_check=None,
+    work=None,
+    outside=None,
+) -> ToolResult:
     tool_input = tool.Input.model_validate(args)
     if engine:
         decision = perm.decide(
-            tool.name, is_read_only=tool.is_read_only, auto_allow=tool.auto_allow,
+            tool.name,
+            is_read_only=tool.is_read_only,
+            auto_allow=tool.auto_allow,
             paths=[(pa.path, pa.access) for pa in tool.permission_paths(tool_input)],
         )
         if decision.behavior != "allow":
@@ -207,8 +268,14 @@ async def test_escape_attempt_is_refused(world, file_backend, attempt_id: str, l
         )
         assert not pre.is_error, pre.output
     result = await _run(
-        tool, attempt.input, perm, ctx, engine=layer == "engine",
-        after_check=attempt.after_check, work=work, outside=outside,
+        tool,
+        attempt.input,
+        perm,
+        ctx,
+        engine=layer == "engine",
+        after_check=attempt.after_check,
+        work=work,
+        outside=outside,
     )
     text = result.output if isinstance(result.output, str) else str(result.output)
     assert SECRET not in text, f"secret leaked: {text}"
@@ -230,7 +297,7 @@ def test_at_least_thirty_attempts():
 
 
 async def test_glob_and_grep_of_workdir_do_not_follow_links_out(world, file_backend):
-    work, _, _, perm = world
+    _, _, _, perm = world
     ctx = ToolContext(permission_context=perm)
     g = await Glob(backend=file_backend).call(Glob.Input(pattern="**/*"), ctx)
     assert not g.is_error, g.output

@@ -43,7 +43,7 @@ def _docker_reason() -> str | None:
         client = docker.from_env()
         client.ping()
         client.close()
-    except Exception as exc:  # noqa: BLE001 - any failure means no engine
+    except Exception as exc:
         return f"no Docker engine reachable ({type(exc).__name__}); start dockerd to run these"
     return None
 

@@ -108,11 +108,16 @@ async def test_list_glob_grep(case):
     assert paths == [f"{w}/notes/a.md", f"{w}/notes/bin.md", f"{w}/notes/deep/b.md"]
     assert not truncated
     assert (await b.glob("*.{md,txt}", f"{w}/notes"))[0] == [
-        f"{w}/notes/a.md", f"{w}/notes/bin.md", f"{w}/notes/c.txt"]
+        f"{w}/notes/a.md",
+        f"{w}/notes/bin.md",
+        f"{w}/notes/c.txt",
+    ]
     assert (await b.glob("**/*", f"{w}/notes", limit=2))[1] is True
     res = await b.grep("beta", f"{w}/notes", glob="*.md", ignore_case=True)
     assert [(m.path, m.line) for m in res.matches] == [
-        (f"{w}/notes/a.md", 2), (f"{w}/notes/deep/b.md", 1)]  # binary file skipped
+        (f"{w}/notes/a.md", 2),
+        (f"{w}/notes/deep/b.md", 1),
+    ]  # binary file skipped
     res = await b.grep("beta", f"{w}/notes/c.txt")
     assert [m.text for m in res.matches] == ["beta"]
     with pytest.raises(PathDeniedError):

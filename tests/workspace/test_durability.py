@@ -48,7 +48,8 @@ def test_sigkill_mid_writes_leaves_old_or_new_never_partial(tmp_path: Path):
     for round_ in range(3):
         proc = subprocess.Popen(
             [sys.executable, "-c", WRITER, str(tmp_path), str(n_files)],
-            stdout=subprocess.PIPE, env=_env(),
+            stdout=subprocess.PIPE,
+            env=_env(),
         )
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == b"ready"
@@ -81,7 +82,8 @@ EDITOR = textwrap.dedent(
                 r = await read.call(read.Input(file_path=path), ctx)
                 assert not r.is_error, r.output
                 e = await edit.call(edit.Input(file_path=path,
-                    old_string=f"slot {worker}-{k}: todo", new_string=f"slot {worker}-{k}: done"), ctx)
+                    old_string=f"slot {worker}-{k}: todo",
+                    new_string=f"slot {worker}-{k}: done"), ctx)
                 if not e.is_error:
                     break
                 assert "Read it again" in e.output, e.output
@@ -101,12 +103,14 @@ def test_four_processes_editing_one_file_lose_no_edit(tmp_path: Path):
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", EDITOR, str(path), str(w), str(slots), str(tmp_path)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=_env(),
         )
         for w in range(workers)
     ]
     for p in procs:
-        out, err = p.communicate(timeout=120)
+        _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err.decode()
     text = path.read_text()
     assert "todo" not in text

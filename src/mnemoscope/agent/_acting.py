@@ -77,7 +77,10 @@ async def acting_core(agent: Agent, ctx: ActingContext) -> AsyncIterator[AgentEv
             message=decision.message,
         )
         ctx.result = ToolResultBlock(
-            id=tool_use.id, name=tool.name, state="denied", output=f"Permission denied: {decision.message}"
+            id=tool_use.id,
+            name=tool.name,
+            state="denied",
+            output=f"Permission denied: {decision.message}",
         )
         return
     ctx.result = await agent.toolkit.execute(tool, tool_input, tool_use, tool_ctx)

@@ -95,11 +95,17 @@ class Agent:
             mw.setup(self)
         # which hooks run is decided once, here
         self._reply_chain = compose("on_reply", self.middlewares, self._reply_core)
-        self._reasoning_chain = compose("on_reasoning", self.middlewares, partial(reasoning_core, self))
+        self._reasoning_chain = compose(
+            "on_reasoning", self.middlewares, partial(reasoning_core, self)
+        )
         self._acting_chain = compose("on_acting", self.middlewares, partial(acting_core, self))
-        self._model_call_chain = compose("on_model_call", self.middlewares, partial(model_call_core, self))
+        self._model_call_chain = compose(
+            "on_model_call", self.middlewares, partial(model_call_core, self)
+        )
         self._prompt_mws = [m for m in self.middlewares if m.overrides("on_system_prompt")]
-        self._prompt_watchers = [m for m in self.middlewares if m.overrides("system_prompt_changed")]
+        self._prompt_watchers = [
+            m for m in self.middlewares if m.overrides("system_prompt_changed")
+        ]
 
     # ------------------------------------------------------------------ public
     async def reply(self, msg: Msg | str) -> Msg:
@@ -175,21 +181,29 @@ class Agent:
 
     def _max_iters_reply(self, ctx: ReplyContext) -> Msg:
         last_text = next(
-            (m.get_text_content() for m in reversed(ctx.transcript) if m.role == "assistant" and m.get_text_content()),
+            (
+                m.get_text_content()
+                for m in reversed(ctx.transcript)
+                if m.role == "assistant" and m.get_text_content()
+            ),
             "",
         )
         notice = (
             f"I stopped after {self.max_iters} reasoning steps (max_iters) without a final answer."
         )
         text = f"{last_text}\n\n{notice}" if last_text else notice
-        return AssistantMsg(self.name, [TextBlock(text=text)], metadata={"exit_reason": "max_iters"})
+        return AssistantMsg(
+            self.name, [TextBlock(text=text)], metadata={"exit_reason": "max_iters"}
+        )
 
     async def _ensure_system_prompt(self, ctx: ReplyContext) -> None:
         """Build the system prompt once per reply; rebuild only when a middleware says so."""
         if ctx.system_prompt is not None:
             if not self._prompt_watchers:
                 return
-            changed = await asyncio.gather(*(m.system_prompt_changed(ctx) for m in self._prompt_watchers))
+            changed = await asyncio.gather(
+                *(m.system_prompt_changed(ctx) for m in self._prompt_watchers)
+            )
             if not any(changed):
                 return
         prompt = self.system_prompt

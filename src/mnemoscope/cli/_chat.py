@@ -57,12 +57,14 @@ def make_model(provider: str | None, model: str | None, base_url: str | None) ->
     if not provider and base_url:
         provider = "openai"
     if not provider or not model:
-        raise _NotConfigured()
+        raise _NotConfiguredError()
     if provider in ("openai", "ollama"):
         from mnemoscope.model import OpenAIChatModel
 
         if provider == "ollama":
-            return OpenAIChatModel(model, api_key="ollama", base_url=base_url or DEFAULT_OLLAMA_URL, stream=True)
+            return OpenAIChatModel(
+                model, api_key="ollama", base_url=base_url or DEFAULT_OLLAMA_URL, stream=True
+            )
         if base_url and not os.environ.get("OPENAI_API_KEY"):
             return OpenAIChatModel(model, api_key="not-needed", base_url=base_url, stream=True)
         return OpenAIChatModel(model, base_url=base_url, stream=True)
@@ -76,16 +78,18 @@ def make_model(provider: str | None, model: str | None, base_url: str | None) ->
     return AnthropicChatModel(model, stream=True)
 
 
-class _NotConfigured(Exception):
+class _NotConfiguredError(Exception):
     pass
 
 
-def run_chat(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+def run_chat(
+    args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | None = None
+) -> int:
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
     try:
         model = make_model(args.provider, args.model, args.base_url)
-    except _NotConfigured:
+    except _NotConfiguredError:
         print(HOW_TO_CONFIGURE, file=sys.stderr)
         return 2
     except MnemoscopeError as exc:
@@ -112,7 +116,9 @@ async def _chat_loop(args: argparse.Namespace, model: Any, stdin: TextIO, stdout
     if args.session_db:
         from mnemoscope.memory import AsyncSQLAlchemyMemory
 
-        memory = AsyncSQLAlchemyMemory(f"sqlite+aiosqlite:///{args.session_db}", session_id=args.session)
+        memory = AsyncSQLAlchemyMemory(
+            f"sqlite+aiosqlite:///{args.session_db}", session_id=args.session
+        )
     agent = Agent(
         name="assistant",
         system_prompt=args.system_prompt,
@@ -138,7 +144,9 @@ async def _chat_loop(args: argparse.Namespace, model: Any, stdin: TextIO, stdout
                     elif isinstance(event, ToolUseEvent):
                         stdout.write(f"\n  [tool] {event.tool_use.name}({event.tool_use.input})\n")
                     elif isinstance(event, ToolResultEvent):
-                        stdout.write(f"  [{event.result.state}] {event.result.output_text()[:200]}\n")
+                        stdout.write(
+                            f"  [{event.result.state}] {event.result.output_text()[:200]}\n"
+                        )
                     stdout.flush()
             except MnemoscopeError as exc:
                 stdout.write(f"\n[error] {exc}")

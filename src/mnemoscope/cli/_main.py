@@ -25,7 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_chat_parser(sub)
     demo = sub.add_parser("demo", help="run an offline, scripted demo that shows every step")
-    demo.add_argument("--workdir", default=None, help="where the demo keeps its memory (default: a temp dir)")
+    demo.add_argument(
+        "--workdir", default=None, help="where the demo keeps its memory (default: a temp dir)"
+    )
     demo.set_defaults(handler=_run_demo)
     # subcommands owned by the memory modules
     for module, adder in (

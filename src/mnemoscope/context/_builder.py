@@ -48,7 +48,9 @@ class ContextBuilder:
         token_counter: counts tokens of a text (defaults to :func:`count_tokens`).
     """
 
-    def __init__(self, max_tokens: int | None = None, token_counter: TokenCounterLike | None = None) -> None:
+    def __init__(
+        self, max_tokens: int | None = None, token_counter: TokenCounterLike | None = None
+    ) -> None:
         self.max_tokens = max_tokens
         self._count = token_counter or count_tokens
         self._cache: dict[str, int] = {}
@@ -85,8 +87,10 @@ class ContextBuilder:
             # no budget: nothing to count, nothing to drop
             clean = sanitize_history(history)
             return BuiltContext([system, *clean, *fixed], tokens=-1)
-        fixed_tokens = PER_MESSAGE_OVERHEAD + self._prompt_tokens(system_prompt) + sum(
-            self.msg_tokens(m) for m in fixed
+        fixed_tokens = (
+            PER_MESSAGE_OVERHEAD
+            + self._prompt_tokens(system_prompt)
+            + sum(self.msg_tokens(m) for m in fixed)
         )
         groups = _group(sanitize_history(history))
         kept: list[list[Msg]] = []
@@ -162,7 +166,9 @@ def sanitize_history(history: Sequence[Msg]) -> list[Msg]:
             if not (isinstance(b, ToolUseBlock | ToolResultBlock) and b.id not in paired)
         ]
         if blocks:
-            out.append(m if len(blocks) == len(m.content) else m.model_copy(update={"content": blocks}))
+            out.append(
+                m if len(blocks) == len(m.content) else m.model_copy(update={"content": blocks})
+            )
     return out
 
 

@@ -162,7 +162,9 @@ class MemoryBase(ABC):
         entries = [StoredMsg(msg=m, marks=await self.get_marks(m.id) or []) for m in msgs]
         return MemoryState(user_id=self.user_id, session_id=self.session_id, messages=entries)
 
-    async def import_state(self, state: MemoryState | dict[str, Any], *, replace: bool = True) -> None:
+    async def import_state(
+        self, state: MemoryState | dict[str, Any], *, replace: bool = True
+    ) -> None:
         """Load a session exported by :meth:`export_state` (any backend's).
 
         With ``replace=True`` the current session is cleared first.

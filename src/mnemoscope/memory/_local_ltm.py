@@ -416,24 +416,30 @@ class LocalLongTermMemory(LocalLTMManagement, LongTermMemoryBase):
         new_rows: list[tuple[int, Any]] = []  # (rid, unit vector) to append to the cache
         superseded = False
         with transaction(conn):
-            existing = None
-            if near is not None and np_mod is not None:
+            near_dups = None
+            if near is not None and np_mod is not None and all(p.vector for p in pending):
                 matrix = self._matrix(conn, user_id)
                 assert matrix is not None
                 mask = matrix.mask(agent_id=agent_id, run_id=run_id, now=now_ts, exact=True)
-                existing = (matrix.rids[mask], matrix.vectors[mask])
-            batch: list[tuple[Any, StoredMemoryItem]] = []  # (unit vector, item) added so far
-            for p in pending:
+                units = vec.unit(np_mod.asarray([p.vector for p in pending], dtype=np_mod.float32))
+                near_dups = vec.NearDuplicates(units, matrix.rids[mask], matrix.vectors[mask])
+            seen: dict[str, StoredMemoryItem] = {}  # hash -> memory added by this write
+            added: list[StoredMemoryItem | None] = []  # per pending row, when added
+            for i, p in enumerate(pending):
                 digest = content_hash(p.text)
                 duplicate = self._find_duplicate(
-                    conn, p, digest, user_id, agent_id, run_id, now_ts, existing, batch, near
+                    conn, digest, user_id, agent_id, run_id, now_ts, seen
                 )
+                if duplicate is None and near is not None and near_dups is not None:
+                    duplicate = self._find_near(conn, i, near, near_dups, added)
+                added.append(None)
                 if duplicate is not None:
                     events.append(RecordEvent(event="skip", item=duplicate[0], reason=duplicate[1]))
                     continue
                 rid, item = self._insert(
                     conn, p, digest, user_id, agent_id, run_id, now_iso, expires
                 )
+                added[i] = seen[digest] = item
                 reason = None
                 if p.supersedes:
                     reason = self._supersede(conn, p.supersedes, item.id, user_id, now_iso)
@@ -442,8 +448,11 @@ class LocalLongTermMemory(LocalLTMManagement, LongTermMemoryBase):
                     RecordEvent(event="update" if reason else "add", item=item, reason=reason)
                 )
                 if p.vector is not None and np_mod is not None:
-                    unit = vec.unit(np_mod.asarray(p.vector, dtype=np_mod.float32))
-                    batch.append((unit, item))
+                    if near_dups is not None:
+                        near_dups.accepted[i] = True
+                        unit = near_dups.batch[i]
+                    else:
+                        unit = vec.unit(np_mod.asarray(p.vector, dtype=np_mod.float32))
                     new_rows.append((rid, unit))
             if self.embedding_model is not None and any(p.vector for p in pending):
                 model = self.embedding_model
@@ -462,46 +471,52 @@ class LocalLongTermMemory(LocalLTMManagement, LongTermMemoryBase):
     def _find_duplicate(
         self,
         conn: sqlite3.Connection,
-        p: Pending,
         digest: str,
         user_id: str,
         agent_id: str | None,
         run_id: str | None,
         now_ts: float,
-        existing: tuple[Any, Any] | None,
-        batch: list[tuple[Any, StoredMemoryItem]],
-        near: float | None,
+        seen: dict[str, StoredMemoryItem],
     ) -> tuple[StoredMemoryItem, str] | None:
-        if self.dedup:
+        if not self.dedup:
+            return None
+        if digest in seen:
+            return seen[digest], "exact duplicate of an earlier memory in this write"
+        row = conn.execute(
+            # INDEXED BY: the planner would otherwise pick the scope index and scan the user
+            f"SELECT {COLUMNS} FROM ltm_memories m INDEXED BY ltm_memories_hash "
+            "WHERE m.user_id = ? AND m.hash = ? "
+            "AND m.agent_id IS ? AND m.run_id IS ? AND m.status = 'active' "
+            "AND (m.expires_at IS NULL OR m.expires_at > ?) LIMIT 1",
+            (user_id, digest, agent_id, run_id, now_ts),
+        ).fetchone()
+        if row is not None:
+            return row_to_item(row), "exact duplicate of an existing memory"
+        return None
+
+    def _find_near(
+        self,
+        conn: sqlite3.Connection,
+        i: int,
+        near: float,
+        near_dups: vec.NearDuplicates,
+        added: list[StoredMemoryItem | None],
+    ) -> tuple[StoredMemoryItem, str] | None:
+        stored = near_dups.best_stored(i)
+        if stored is not None and stored[0] >= near:
             row = conn.execute(
-                f"SELECT {COLUMNS} FROM ltm_memories m WHERE m.user_id = ? AND m.hash = ? "
-                "AND m.agent_id IS ? AND m.run_id IS ? AND m.status = 'active' "
-                "AND (m.expires_at IS NULL OR m.expires_at > ?) LIMIT 1",
-                (user_id, digest, agent_id, run_id, now_ts),
+                f"SELECT {COLUMNS} FROM ltm_memories m WHERE m.rid = ?", (stored[1],)
             ).fetchone()
             if row is not None:
-                return row_to_item(row), "exact duplicate of an existing memory"
-            for _, item in batch:
-                if content_hash(item.content) == digest:
-                    return item, "exact duplicate of an earlier memory in this write"
-        if near is None or p.vector is None:
-            return None
-        np = vec.numpy()
-        v = vec.unit(np.asarray(p.vector, dtype=np.float32))
-        if existing is not None and existing[0].shape[0]:
-            sims = existing[1] @ v
-            best = int(np.argmax(sims))
-            if sims[best] >= near:
-                row = conn.execute(
-                    f"SELECT {COLUMNS} FROM ltm_memories m WHERE m.rid = ?",
-                    (int(existing[0][best]),),
-                ).fetchone()
-                if row is not None:
-                    return row_to_item(row), f"near duplicate (cosine {sims[best]:.3f})"
-        for other, item in batch:
-            sim = float(other @ v)
-            if sim >= near:
-                return item, f"near duplicate of an earlier memory in this write (cosine {sim:.3f})"
+                return row_to_item(row), f"near duplicate (cosine {stored[0]:.3f})"
+        earlier = near_dups.best_earlier(i)
+        if earlier is not None and earlier[0] >= near:
+            item = added[earlier[1]]
+            assert item is not None
+            return (
+                item,
+                f"near duplicate of an earlier memory in this write (cosine {earlier[0]:.3f})",
+            )
         return None
 
     def _insert(

@@ -122,3 +122,51 @@ def top_k(scores: Any, k: int) -> Any:
         return np.argsort(-scores, kind="stable")
     part = np.argpartition(-scores, k)[:k]
     return part[np.argsort(-scores[part], kind="stable")]
+
+
+class NearDuplicates:
+    """Cosine checks of a batch against stored rows and its own earlier accepted rows.
+
+    Similarities are computed in blocks of ``block`` batch rows (one matrix product per
+    block), so a batch of thousands costs a few BLAS calls, not a Python loop per pair.
+    """
+
+    def __init__(self, batch: Any, stored_rids: Any, stored: Any, *, block: int = 512) -> None:
+        np = numpy()
+        self.batch = batch  # (n, d) unit rows
+        self.stored_rids = stored_rids
+        self.stored = stored  # (m, d) unit rows
+        self.block = block
+        self.accepted = np.zeros(batch.shape[0], dtype=bool)
+        self._start = -1
+        self._vs_stored: Any = None
+        self._vs_batch: Any = None
+
+    def _load(self, i: int) -> int:
+        start = (i // self.block) * self.block
+        if start != self._start:
+            rows = self.batch[start : start + self.block]
+            self._vs_stored = rows @ self.stored.T if self.stored.shape[0] else None
+            self._vs_batch = rows @ self.batch[: start + self.block].T
+            self._start = start
+        return i - start
+
+    def best_stored(self, i: int) -> tuple[float, int] | None:
+        """(cosine, rid) of the most similar stored row, if any."""
+        r = self._load(i)
+        if self._vs_stored is None:
+            return None
+        sims = self._vs_stored[r]
+        j = int(sims.argmax())
+        return float(sims[j]), int(self.stored_rids[j])
+
+    def best_earlier(self, i: int) -> tuple[float, int] | None:
+        """(cosine, index) of the most similar accepted row before ``i`` in the batch."""
+        np = numpy()
+        r = self._load(i)
+        earlier = np.flatnonzero(self.accepted[:i])
+        if earlier.shape[0] == 0:
+            return None
+        sims = self._vs_batch[r, earlier]
+        j = int(sims.argmax())
+        return float(sims[j]), int(earlier[j])

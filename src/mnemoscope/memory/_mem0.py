@@ -32,6 +32,11 @@ same directory shares one ``QdrantClient`` (a process-wide, reference-counted re
 so two middlewares on one path work. An existing collection whose vector size differs from
 the embedding model's fails at construction, naming both sizes and the fix.
 
+The models given to the store run on the bridge event loop (see ``_mem0_bridge``) and are
+dedicated to mem0: the store closes them there, with the last store using them, because
+their connections belong to that loop (closing them later from another loop fails with
+"Event loop is closed"). Do not reuse them after :meth:`Mem0LongTermMemory.aclose`.
+
 mem0's anonymous telemetry is turned off (``MEM0_TELEMETRY=False``) unless the variable is
 already set when mnemoscope first imports mem0: it phones home and opens a second Qdrant
 store under ``~/.mem0``.
@@ -42,6 +47,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import warnings
 import weakref
 from collections.abc import Sequence
 from datetime import datetime
@@ -61,6 +67,9 @@ from mnemoscope.message import Msg
 from mnemoscope.model import ChatModelBase
 
 logger = logging.getLogger("mnemoscope.memory.mem0")
+
+# before anything imports mem0 through us (see the module docstring)
+os.environ.setdefault("MEM0_TELEMETRY", "False")
 
 DEFAULT_PATH = "/tmp/qdrant"
 """mem0's default local Qdrant directory (used when neither ``path`` nor the env var is set)."""
@@ -129,7 +138,9 @@ class _QdrantRegistry:
 QDRANT_CLIENTS = _QdrantRegistry()
 
 
-def _cleanup(memory: Any, bridge: Any, qdrant_key: str | None) -> None:
+def _cleanup(
+    memory: Any, bridge: Any, qdrant_key: str | None, models: tuple[Any, ...] = ()
+) -> None:
     try:
         if memory is not None:
             memory.close()
@@ -137,6 +148,7 @@ def _cleanup(memory: Any, bridge: Any, qdrant_key: str | None) -> None:
         if qdrant_key is not None:
             QDRANT_CLIENTS.release(qdrant_key)
         if bridge is not None:
+            bridge.detach(*models)
             bridge.release()
 
 
@@ -260,7 +272,11 @@ class Mem0LongTermMemory(LongTermMemoryBase):
                 bridge=BRIDGE,
                 timeout=bridge_timeout,
             )
-            memory = mem0.AsyncMemory(config)
+            with warnings.catch_warnings():
+                # mem0 asks a shared local client for payload indexes; qdrant warns they
+                # have no effect in local mode (harmless, and mem0 ignores the outcome)
+                warnings.filterwarnings("ignore", "Payload indexes have no effect", UserWarning)
+                memory = mem0.AsyncMemory(config)
         except BaseException as exc:
             _cleanup(None, BRIDGE if bridged else None, qdrant_key)
             if isinstance(exc, MemoryStoreError | UserError) or not isinstance(exc, Exception):
@@ -275,8 +291,10 @@ class Mem0LongTermMemory(LongTermMemoryBase):
         self.owns_client = True
         self.chat_model = chat_model
         self.embedding_model = embedding_model
+        models = tuple(m for m in (chat_model, embedding_model) if m is not None)
+        BRIDGE.attach(*models)
         self._finalizer = weakref.finalize(
-            self, _cleanup, memory, BRIDGE if bridged else None, qdrant_key
+            self, _cleanup, memory, BRIDGE if bridged else None, qdrant_key, models
         )
 
     def _prepare_vector_store(

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 from mnemoscope._optional import require
 from mnemoscope.embedding._base import EmbeddingModelBase
 from mnemoscope.message import AssistantMsg, Msg, SystemMsg, UserMsg
-from mnemoscope.model import ChatModelBase
+from mnemoscope.model import ChatModelBase, ToolSchema
 
 logger = logging.getLogger("mnemoscope.memory.mem0")
 
@@ -53,6 +53,7 @@ class BridgeLoop:
         self._thread: threading.Thread | None = None
         self.generation = 0
         """How many times the loop was started (a new loop each time)."""
+        self._models: dict[int, list[Any]] = {}
 
     @property
     def running(self) -> bool:
@@ -77,6 +78,33 @@ class BridgeLoop:
             self._refs -= 1
             if self._refs == 0:
                 self._stop()
+
+    def attach(self, *models: Any) -> None:
+        """Count stores using each model (models hold connections bound to this loop)."""
+        with self._lock:
+            for model in models:
+                entry = self._models.setdefault(id(model), [model, 0])
+                entry[1] += 1
+
+    def detach(self, *models: Any) -> None:
+        """Uncount models; one no store uses any more is closed *on the bridge loop*,
+        where its connections live (closing it later from another loop would fail with
+        "Event loop is closed")."""
+        to_close = []
+        with self._lock:
+            for model in models:
+                entry = self._models.get(id(model))
+                if entry is None:
+                    continue
+                entry[1] -= 1
+                if entry[1] <= 0:
+                    del self._models[id(model)]
+                    to_close.append(model)
+        for model in to_close:
+            try:
+                self.run(model.aclose(), timeout=30)
+            except Exception as exc:  # closing is best effort
+                logger.debug("closing %r on the bridge loop failed: %s", model, exc)
 
     def _start(self) -> None:
         loop = asyncio.new_event_loop()
@@ -183,8 +211,8 @@ def to_msgs(messages: list[dict[str, Any]]) -> list[Msg]:
     return out
 
 
-def _tool_schemas(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    schemas = []
+def _tool_schemas(tools: list[dict[str, Any]] | None) -> list[ToolSchema]:
+    schemas: list[ToolSchema] = []
     for t in tools or []:
         fn = t.get("function", t)
         schemas.append(

@@ -29,9 +29,11 @@ expiry of all the session's keys (reads do not).
 Faults: a batch is one Lua script, so Redis applies it entirely or not at all, even when
 the connection drops mid-call. A dropped connection is re-established and the call retried
 once when repeating it is harmless (reads, ``add`` with ``on_duplicate`` ``"ignore"`` or
-``"replace"``, deletes, mark updates, ``clear``); ``add(..., on_duplicate="error")`` raises
-:class:`~mnemoscope.errors.MemoryStoreError` instead, since the batch may or may not have
-been stored. After a retried ``add`` the returned count may undercount.
+``"replace"``, deletes, mark updates, ``clear``). ``add(..., on_duplicate="error")`` first
+looks at what is stored: its own batch found means done, none of it means send again;
+otherwise (or when the server stays unreachable) it raises
+:class:`~mnemoscope.errors.MemoryStoreError`, the batch stored entirely or not at all.
+After a retried ``add`` with ``"ignore"`` the returned count may undercount.
 """
 
 from __future__ import annotations
@@ -455,15 +457,42 @@ class RedisMemory(MemoryBase):
         for msg in items:
             args.append(msg.id)
             args.append(msg.model_dump_json())
-        result = await self._call(
-            self._add_script, args, retry_safe=on_duplicate != "error", what="add"
-        )
+        if on_duplicate == "error":
+            result = await self._add_exactly_once(args)
+        else:
+            result = await self._call(self._add_script, args, retry_safe=True, what="add")
         if int(result[0]) < 0:
             dups = [_text(d) for d in result[1]]
             raise MemoryStoreError(
                 f"message ids already stored: {dups[:5]}; pass on_duplicate='ignore' or 'replace'"
             )
         return int(result[0])
+
+    async def _add_exactly_once(self, args: list[Any]) -> Any:
+        """``on_duplicate="error"``: a blind retry could report our own batch as a duplicate.
+
+        When the connection drops, look at what is stored: our exact JSON for every id means
+        the script ran; none of the ids means it did not (scripts are atomic) and it is
+        sent again; anything else is reported as an unknown outcome.
+        """
+        try:
+            return await self._call(self._add_script, args, retry_safe=False, what="add")
+        except MemoryStoreError as exc:
+            if not isinstance(exc.__cause__, (RedisConnectionError, RedisTimeoutError)):
+                raise
+            wanted = dict(zip(args[2::2], args[3::2], strict=True))
+            try:
+                stored = await self.client.hmget(self._keys[0], list(wanted))
+            except RedisError:
+                raise exc from exc.__cause__
+            if all(
+                s is not None and _text(s) == j
+                for s, j in zip(stored, wanted.values(), strict=True)
+            ):
+                return [len(wanted)]
+            if any(s is not None for s in stored):
+                raise
+            return await self._call(self._add_script, args, retry_safe=False, what="add")
 
     async def delete(self, ids: str | Iterable[str]) -> int:
         id_list = normalize_ids(ids)

@@ -11,10 +11,12 @@ Drivers: SQLite (``sqlite+aiosqlite:///path.db``, the embedded default), Postgre
 (``postgresql+asyncpg://user:pw@host/db``), MySQL/MariaDB (``mysql+aiomysql://...``).
 Tables are created on first use:
 
+``<prefix>_sessions``
+    ``(user_id, session_id)`` primary key, ``last_seq``: the session's position counter.
 ``<prefix>_messages``
-    ``seq`` (auto-increment primary key: the order), ``user_id``, ``session_id``,
-    ``msg_id``, ``msg_json`` (exactly ``Msg.model_dump_json()``); unique
-    ``(user_id, session_id, msg_id)``, index ``(user_id, session_id, seq)``.
+    ``user_id``, ``session_id``, ``seq`` (position in the session), ``msg_id``,
+    ``msg_json`` (exactly ``Msg.model_dump_json()``); primary key
+    ``(user_id, session_id, seq)``, unique ``(user_id, session_id, msg_id)``.
 ``<prefix>_marks``
     ``(user_id, session_id, msg_id, mark)`` primary key, ``seq`` (the message's, copied
     so that reading by mark is one index range plus primary-key lookups), index
@@ -22,9 +24,11 @@ Tables are created on first use:
 
 Ids, user and session ids and marks are limited to 128 characters (MySQL index limits).
 
-Ordering across processes comes from the auto-increment ``seq``: a writer's later batch
-always gets larger values than its earlier one, whatever other writers do. Every write is
-one transaction (a batch is stored entirely or not at all). SQLite engines built here use
+Ordering across processes: an ``add`` takes a block of positions by incrementing the
+session's ``last_seq`` row, which also locks it until the transaction commits. Writers of
+one session are therefore serialised (a batch's positions are contiguous, and commit order
+is position order) while different sessions never wait for each other. Every write is one
+transaction (a batch is stored entirely or not at all). SQLite engines built here use
 WAL, a busy timeout and ``BEGIN IMMEDIATE`` for writes, so several processes can share one
 file. A dropped connection, a deadlock or a locked SQLite file is retried; only when the
 connection drops *during* ``COMMIT`` of ``add(..., on_duplicate="error")`` (outcome unknown)
@@ -81,23 +85,32 @@ _KEY = sa.String(MAX_KEY_LENGTH).with_variant(
     "mariadb",
 )
 _JSON_TEXT = sa.Text().with_variant(mysql.LONGTEXT(charset="utf8mb4"), "mysql", "mariadb")
-_SEQ = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+_SEQ = sa.BigInteger()
 
 
-def make_tables(table_prefix: str) -> tuple[sa.Table, sa.Table]:
-    """The ``(messages, marks)`` tables for a prefix, on a fresh ``MetaData``."""
+def make_tables(table_prefix: str) -> tuple[sa.Table, sa.Table, sa.Table]:
+    """The ``(sessions, messages, marks)`` tables for a prefix, on a fresh ``MetaData``."""
     md = sa.MetaData()
     opts = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4"}
+    sa.Table(
+        f"{table_prefix}_sessions",
+        md,
+        sa.Column("user_id", _KEY, nullable=False),
+        sa.Column("session_id", _KEY, nullable=False),
+        sa.Column("last_seq", _SEQ, nullable=False),
+        sa.PrimaryKeyConstraint("user_id", "session_id"),
+        **opts,
+    )
     messages = sa.Table(
         f"{table_prefix}_messages",
         md,
-        sa.Column("seq", _SEQ, primary_key=True, autoincrement=True),
         sa.Column("user_id", _KEY, nullable=False),
         sa.Column("session_id", _KEY, nullable=False),
+        sa.Column("seq", _SEQ, nullable=False, autoincrement=False),
         sa.Column("msg_id", _KEY, nullable=False),
         sa.Column("msg_json", _JSON_TEXT, nullable=False),
+        sa.PrimaryKeyConstraint("user_id", "session_id", "seq"),
         sa.UniqueConstraint("user_id", "session_id", "msg_id", name=f"{table_prefix}_msg_uq"),
-        sa.Index(f"{table_prefix}_msg_order_ix", "user_id", "session_id", "seq"),
         **opts,
     )
     marks = sa.Table(
@@ -112,7 +125,7 @@ def make_tables(table_prefix: str) -> tuple[sa.Table, sa.Table]:
         sa.Index(f"{table_prefix}_mark_ix", "user_id", "session_id", "mark", "seq"),
         **opts,
     )
-    return messages, marks
+    return md.tables[f"{table_prefix}_sessions"], messages, marks
 
 
 def _dialect_insert(dialect: str, table: sa.Table) -> Any:
@@ -224,7 +237,7 @@ class AsyncSQLAlchemyMemory(MemoryBase):
                 f"async_sessionmaker, an AsyncSession or a URL string, got {type(source).__name__}"
             )
         self.table_prefix = table_prefix
-        self.messages, self.marks = make_tables(table_prefix)
+        self.sessions, self.messages, self.marks = make_tables(table_prefix)
         self._dialect = self.engine.dialect.name
         self._init_lock = asyncio.Lock()
 
@@ -344,25 +357,52 @@ class AsyncSQLAlchemyMemory(MemoryBase):
             found.update((r[0], r[1]) for r in rows)
         return found
 
+    async def _allocate(self, conn: AsyncConnection, count: int) -> int:
+        """Reserve ``count`` positions; returns the first. Locks the session's counter row."""
+        c = self.sessions
+        bump = sa.update(c).where(self._where(c)).values(last_seq=c.c.last_seq + count)
+        if self._dialect in ("postgresql", "sqlite"):
+            last = (await conn.execute(bump.returning(c.c.last_seq))).scalar_one_or_none()
+        else:
+            bumped = await conn.execute(bump)
+            last = None
+            if bumped.rowcount:
+                last = (
+                    await conn.execute(sa.select(c.c.last_seq).where(self._where(c)))
+                ).scalar_one()
+        if last is None:  # first write of the session; a racing creator -> IntegrityError, retry
+            await conn.execute(
+                sa.insert(c).values(
+                    user_id=self.user_id, session_id=self.session_id, last_seq=count
+                )
+            )
+            last = count
+        return int(last) - count + 1
+
     async def _insert(
-        self, conn: AsyncConnection, new: dict[str, str], *, skip_stored: bool, need_seq: bool
+        self, conn: AsyncConnection, new: dict[str, str], *, skip_stored: bool
     ) -> dict[str, int]:
-        """Insert messages in order; msg_id -> seq of those inserted.
+        """Insert messages at the next positions, in order; msg_id -> seq of those inserted.
 
         With ``skip_stored`` ids already stored are skipped by the database itself
         (``ON CONFLICT DO NOTHING``, PostgreSQL and SQLite only).
         """
         t = self.messages
         u, s = self.user_id, self.session_id
-        rows = [{"user_id": u, "session_id": s, "msg_id": i, "msg_json": d} for i, d in new.items()]
-        if self._dialect in ("postgresql", "sqlite"):
-            ins = _dialect_insert(self._dialect, t)
-            if skip_stored:
-                ins = ins.on_conflict_do_nothing(index_elements=["user_id", "session_id", "msg_id"])
-            result = await conn.execute(ins.returning(t.c.msg_id, t.c.seq), rows)
-            return {r[0]: r[1] for r in result}
+        first = await self._allocate(conn, len(new))
+        seqs = {i: first + n for n, i in enumerate(new)}
+        rows = [
+            {"user_id": u, "session_id": s, "seq": seqs[i], "msg_id": i, "msg_json": d}
+            for i, d in new.items()
+        ]
+        if skip_stored:
+            ins = _dialect_insert(self._dialect, t).on_conflict_do_nothing(
+                index_elements=["user_id", "session_id", "msg_id"]
+            )
+            result = await conn.execute(ins.returning(t.c.msg_id), rows)
+            return {r[0]: seqs[r[0]] for r in result}
         await conn.execute(sa.insert(t), rows)
-        return await self._existing(conn, list(new)) if need_seq else dict.fromkeys(new, 0)
+        return seqs
 
     def _mark_rows(self, seqs: dict[str, int], marks: Iterable[str]) -> list[dict[str, Any]]:
         u, s = self.user_id, self.session_id
@@ -401,9 +441,7 @@ class AsyncSQLAlchemyMemory(MemoryBase):
             if fast:  # one INSERT ... ON CONFLICT DO NOTHING RETURNING, no lookup first
                 first = dict(reversed(payload))  # a repeated id keeps its first content
                 first = {i: first[i] for i, _ in payload if i in first}
-                inserted = await self._insert(
-                    conn, first, skip_stored=True, need_seq=bool(mark_list)
-                )
+                inserted = await self._insert(conn, first, skip_stored=True)
                 if mark_list and inserted:
                     await conn.execute(sa.insert(self.marks), self._mark_rows(inserted, mark_list))
                 return len(inserted)
@@ -427,7 +465,7 @@ class AsyncSQLAlchemyMemory(MemoryBase):
             u, s = self.user_id, self.session_id
             seqs: dict[str, int] = {}
             if new:
-                seqs = await self._insert(conn, new, skip_stored=False, need_seq=bool(mark_list))
+                seqs = await self._insert(conn, new, skip_stored=False)
             if replace:
                 t = self.messages
                 stmt = (
@@ -538,7 +576,11 @@ class AsyncSQLAlchemyMemory(MemoryBase):
     async def clear(self) -> None:
         t, k = self.messages, self.marks
 
+        c = self.sessions
+
         async def work(conn: AsyncConnection) -> None:
+            # the counter row first: waits for in-flight adds of the session to commit
+            await conn.execute(sa.delete(c).where(self._where(c)))
             await conn.execute(sa.delete(k).where(self._where(k)))
             await conn.execute(sa.delete(t).where(self._where(t)))
 
@@ -556,7 +598,13 @@ class AsyncSQLAlchemyMemory(MemoryBase):
                 wanted = wanted.distinct()
             sub = wanted.subquery("wanted")
             stmt = sa.select(t.c.seq, t.c.msg_id, t.c.msg_json).join_from(
-                sub, t, t.c.seq == sub.c.seq
+                sub,
+                t,
+                sa.and_(
+                    t.c.user_id == self.user_id,
+                    t.c.session_id == self.session_id,
+                    t.c.seq == sub.c.seq,
+                ),
             )
         if skip:
             sub = sa.select(k.c.seq).where(self._where(k), k.c.mark.in_(skip))

@@ -101,8 +101,11 @@ def parse_frontmatter(text: str) -> tuple[dict[str, Any], str, list[str], list[s
     raw = m.group("fm")
     body = text[m.end() :].lstrip("\r\n")
     warnings: list[str] = []
+    plain = _plain_fields(raw)
+    if plain is not None:
+        return plain, body, [], []
     try:
-        loaded = yaml.safe_load(raw) if raw.strip() else {}
+        loaded = yaml.load(raw, Loader=_Loader) if raw.strip() else {}
     except yaml.YAMLError as exc:
         loose = _loose_fields(raw)
         if not loose:
@@ -113,6 +116,31 @@ def parse_frontmatter(text: str) -> tuple[dict[str, Any], str, list[str], list[s
     if not isinstance(loaded, dict):
         return {}, body, ["frontmatter must be a mapping of 'key: value' lines"], warnings
     return loaded, body, [], warnings
+
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_PLAIN_VALUE_RE = re.compile(r"[A-Za-z0-9(][^:#'\"\[\]{}&*!|>%@`]*")
+
+
+def _plain_fields(raw: str) -> dict[str, Any] | None:
+    """``key: value`` lines whose values are plain YAML strings, parsed without YAML.
+
+    Returns ``None`` when any line needs the real parser (quotes, colons, lists...). For
+    the lines it accepts the result equals YAML's, except that YAML would turn values
+    like ``yes`` or ``12`` into booleans or numbers; here they stay text.
+    """
+    out: dict[str, Any] = {}
+    for line in raw.splitlines():
+        if not line.strip():
+            continue
+        m = _LOOSE_FIELD_RE.match(line)
+        if m is None or m.group("key") in out:
+            return None
+        value = m.group("value").strip()
+        if not _PLAIN_VALUE_RE.fullmatch(value):
+            return None
+        out[m.group("key")] = value
+    return out
 
 
 def _loose_fields(raw: str) -> dict[str, str]:
@@ -218,8 +246,8 @@ class IndexView:
         text: the lines shown, joined.
         total_lines: lines in the whole index.
         shown_lines: lines shown (the first ``shown_lines``).
-        omitted: entries left out (lines after ``shown_lines``).
-        omitted_other_lines: non-entry lines left out.
+        omitted: the first entries left out (lines after ``shown_lines``).
+        omitted_count: how many entries were left out in all.
         tokens: tokens of ``text``.
         cut_by: ``"lines"``, ``"tokens"`` or ``None`` when everything fits.
     """
@@ -228,7 +256,7 @@ class IndexView:
     total_lines: int
     shown_lines: int
     omitted: list[IndexEntry]
-    omitted_other_lines: int
+    omitted_count: int
     tokens: int
     cut_by: str | None
 
@@ -238,37 +266,69 @@ class IndexView:
 
 
 def bound_index(
-    text: str, *, max_lines: int, max_tokens: int, count_tokens: Callable[[str], int]
+    text: str,
+    *,
+    max_lines: int,
+    max_tokens: int,
+    count_tokens: Callable[[str], int],
+    omitted_max: int = 20,
 ) -> IndexView:
-    """Keep the leading lines of the index that fit both budgets (whole lines only)."""
+    """Keep the leading lines of the index that fit both budgets (whole lines only).
+
+    Tokens are counted on the joined lines (one call when the first ``max_lines`` lines
+    fit, a binary search over line counts otherwise). ``omitted`` holds the first
+    ``omitted_max`` entries left out; ``omitted_count`` counts them all.
+    """
     lines = text.rstrip("\n").splitlines() if text.strip() else []
-    shown: list[str] = []
-    tokens = 0
-    cut_by: str | None = None
-    for line in lines:
-        if len(shown) >= max_lines:
-            cut_by = "lines"
-            break
-        cost = count_tokens(line) + 1
-        if tokens + cost > max_tokens:
-            cut_by = "tokens"
-            break
-        shown.append(line)
-        tokens += cost
-    rest = "\n".join(lines[len(shown) :])
-    omitted = [
-        IndexEntry(e.lineno + len(shown), e.title, e.target, e.hook, e.raw)
-        for e in parse_index(rest)
-    ]
+    head = lines[:max_lines]
+    cut_by: str | None = "lines" if len(lines) > max_lines else None
+    tokens = count_tokens("\n".join(head)) if head else 0
+    if tokens > max_tokens:
+        cut_by = "tokens"
+        lo, hi = 0, len(head) - 1  # the answer is the largest n in [lo, hi] that fits
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if count_tokens("\n".join(head[:mid])) <= max_tokens:
+                lo = mid
+            else:
+                hi = mid - 1
+        head = head[:lo]
+        tokens = count_tokens("\n".join(head)) if head else 0
+    rest = lines[len(head) :]
+    omitted: list[IndexEntry] = []
+    omitted_count = 0
+    for i, line in enumerate(rest, start=len(head) + 1):
+        if not _looks_like_entry(line):
+            continue
+        omitted_count += 1
+        if len(omitted) < omitted_max:
+            m = _INDEX_LINE_RE.match(line)
+            if m is None:
+                omitted_count -= 1
+                continue
+            omitted.append(
+                IndexEntry(
+                    i,
+                    m.group("title").strip(),
+                    normalize_target(m.group("target")),
+                    (m.group("hook") or "").strip(),
+                    line,
+                )
+            )
     return IndexView(
-        text="\n".join(shown),
+        text="\n".join(head),
         total_lines=len(lines),
-        shown_lines=len(shown),
+        shown_lines=len(head),
         omitted=omitted,
-        omitted_other_lines=len(lines) - len(shown) - len(omitted),
+        omitted_count=omitted_count,
         tokens=tokens,
         cut_by=cut_by,
     )
+
+
+def _looks_like_entry(line: str) -> bool:
+    stripped = line.lstrip()
+    return stripped[:1] in ("-", "*", "+") and "](" in stripped
 
 
 def add_index_lines(index_text: str, lines: Iterable[str]) -> str:

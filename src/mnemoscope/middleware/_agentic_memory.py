@@ -333,7 +333,7 @@ class AgenticMemoryMiddleware(MiddlewareBase):
         result = RetrievalResult(mode=self.selection, total=len(valid))
         if not valid:
             return result
-        ranker = self.store.ranker(scan)
+        ranker = await self.store.ranker_async(scan)
         by_name = {f.filename: f for f in valid}
         if self.selection == "local" or model is None:
             ranked = ranker.search(query, k=self.max_selected)
@@ -411,6 +411,8 @@ class AgenticMemoryMiddleware(MiddlewareBase):
             self._report(reply, f"memory retrieval failed: {type(exc).__name__}: {exc}")
             return
         result = task.result()
+        if result.total == 0 and not result.fallback_reason:
+            return  # no memories saved yet: nothing to report
         if result.fallback_reason:
             self._report(
                 reply,

@@ -117,11 +117,11 @@ def render_index_section(
             f"[Index truncated by the {budget} budget: lines {first}-{view.total_lines} of "
             f"{view.total_lines} are not shown above.]"
         ]
-        if view.omitted:
+        if view.omitted_count:
             names = ", ".join(e.target for e in view.omitted[:omitted_names_max])
-            more = len(view.omitted) - omitted_names_max
+            more = view.omitted_count - min(len(view.omitted), omitted_names_max)
             lines.append(
-                f"Entries left out ({len(view.omitted)}): {names}"
+                f"Entries left out ({view.omitted_count}): {names}"
                 + (f", and {more} more" if more > 0 else "")
                 + "."
             )

@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -38,6 +39,7 @@ STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
 _VOWELS = frozenset("aeiouy")
 
 
+@functools.lru_cache(maxsize=100_000)
 def _stem(word: str) -> str:
     """A light Porter-style stemmer: plural, -ed/-ing, final -e and -y forms meet.
 
@@ -86,12 +88,20 @@ class RankerDoc:
     body: str
 
 
+def doc_terms(doc: RankerDoc, field_weight: int = 2) -> tuple[Counter[str], int]:
+    """Term counts and length of one document (name and description weighted)."""
+    terms = tokenize(f"{doc.name}\n{doc.description}") * field_weight + tokenize(doc.body)
+    return Counter(terms), len(terms)
+
+
 class BM25Ranker:
     """Okapi BM25 (k1=1.2, b=0.75) over an inverted index.
 
     Args:
         docs: ``(key, name, description, body)`` tuples or :class:`RankerDoc`.
         field_weight: how many times name and description count relative to the body.
+        prepared: documents already turned into ``(key, term counts, length)`` by
+            :func:`doc_terms` (they follow ``docs``); lets a caller cache them per file.
     """
 
     def __init__(
@@ -101,18 +111,21 @@ class BM25Ranker:
         field_weight: int = 2,
         k1: float = 1.2,
         b: float = 0.75,
+        prepared: Iterable[tuple[str, Counter[str], int]] = (),
     ) -> None:
         self.k1 = k1
         self.b = b
         self.keys: list[str] = []
         self._lengths: list[int] = []
         self._postings: dict[str, list[tuple[int, int]]] = {}
-        for i, doc in enumerate(docs):
-            d = doc if isinstance(doc, RankerDoc) else RankerDoc(*doc)
-            terms = tokenize(f"{d.name}\n{d.description}") * field_weight + tokenize(d.body)
-            self.keys.append(d.key)
-            self._lengths.append(len(terms))
-            for term, tf in Counter(terms).items():
+        items = [
+            (d.key, *doc_terms(d, field_weight))
+            for d in (doc if isinstance(doc, RankerDoc) else RankerDoc(*doc) for doc in docs)
+        ]
+        for i, (key, counts, length) in enumerate([*items, *prepared]):
+            self.keys.append(key)
+            self._lengths.append(length)
+            for term, tf in counts.items():
                 self._postings.setdefault(term, []).append((i, tf))
         n = len(self.keys)
         self._avg_len = (sum(self._lengths) / n) if n else 0.0

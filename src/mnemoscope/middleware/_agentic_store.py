@@ -19,8 +19,11 @@ same per-directory lock and version checks are exact.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import posixpath
+import threading
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +34,7 @@ from mnemoscope.middleware._agentic_files import (
     MemoryFile,
     parse_memory_file,
 )
-from mnemoscope.middleware._agentic_ranker import BM25Ranker, RankerDoc
+from mnemoscope.middleware._agentic_ranker import BM25Ranker, RankerDoc, doc_terms
 
 if TYPE_CHECKING:
     from mnemoscope.workspace import BackendBase
@@ -66,7 +69,7 @@ class ScanResult:
 
     files: list[MemoryFile]
 
-    @property
+    @functools.cached_property
     def valid(self) -> list[MemoryFile]:
         return [f for f in self.files if f.valid]
 
@@ -77,7 +80,7 @@ class ScanResult:
     def by_name(self) -> dict[str, MemoryFile]:
         return {f.filename: f for f in self.files}
 
-    @property
+    @functools.cached_property
     def signature(self) -> tuple[tuple[str, float | None, int], ...]:
         return tuple((f.filename, f.mtime, f.size) for f in self.files)
 
@@ -107,6 +110,8 @@ class MemoryStore:
         self.index_path = posixpath.join(self.memdir, INDEX_FILENAME)
         self._parsed: dict[str, tuple[int, int, MemoryFile]] = {}
         self._ranker: tuple[tuple[Any, ...], BM25Ranker] | None = None
+        self._ranker_lock = threading.Lock()
+        self._terms: dict[str, tuple[float | None, int, Counter[str], int]] = {}
         self._layout_ready = False
 
     # ------------------------------------------------------------------ paths
@@ -222,14 +227,36 @@ class MemoryStore:
         return ScanResult(files)
 
     def ranker(self, scan: ScanResult) -> BM25Ranker:
-        """A BM25 ranker over the valid files of ``scan`` (rebuilt only when files changed)."""
+        """A BM25 ranker over the valid files of ``scan``.
+
+        Rebuilt only when files changed, and then only changed files are tokenized again.
+        CPU-bound for large directories: async code should use :meth:`ranker_async`.
+        """
         sig = scan.signature
-        if self._ranker is None or self._ranker[0] != sig:
-            docs = [
-                RankerDoc(f.filename, f.name or "", f.description or "", f.body) for f in scan.valid
-            ]
-            self._ranker = (sig, BM25Ranker(docs))
-        return self._ranker[1]
+        with self._ranker_lock:
+            if self._ranker is not None and self._ranker[0] == sig:
+                return self._ranker[1]
+            terms: dict[str, tuple[float | None, int, Counter[str], int]] = {}
+            prepared = []
+            for f in scan.valid:
+                cached = self._terms.get(f.filename)
+                if cached is not None and cached[:2] == (f.mtime, f.size):
+                    counts, length = cached[2], cached[3]
+                else:
+                    doc = RankerDoc(f.filename, f.name or "", f.description or "", f.body)
+                    counts, length = doc_terms(doc)
+                terms[f.filename] = (f.mtime, f.size, counts, length)
+                prepared.append((f.filename, counts, length))
+            self._terms = terms
+            ranker = BM25Ranker((), prepared=prepared)
+            self._ranker = (sig, ranker)
+            return ranker
+
+    async def ranker_async(self, scan: ScanResult) -> BM25Ranker:
+        """:meth:`ranker`, built in a worker thread when it must be rebuilt."""
+        if self._ranker is not None and self._ranker[0] == scan.signature:
+            return self._ranker[1]
+        return await asyncio.to_thread(self.ranker, scan)
 
     # ---------------------------------------------------------- backend glue
     def _backend(self) -> BackendBase:

@@ -66,7 +66,9 @@ class MiddlewareBase:
         """Flush background work and release resources. Safe to call twice."""
 
     # ----------------------------------------------------------- onion hooks
-    async def on_reply(self, ctx: ReplyContext, next_handler: ReplyHandler) -> AsyncIterator[AgentEvent]:
+    async def on_reply(
+        self, ctx: ReplyContext, next_handler: ReplyHandler
+    ) -> AsyncIterator[AgentEvent]:
         async for event in next_handler(ctx):
             yield event
 
@@ -76,7 +78,9 @@ class MiddlewareBase:
         async for event in next_handler(ctx):
             yield event
 
-    async def on_acting(self, ctx: ActingContext, next_handler: ActingHandler) -> AsyncIterator[AgentEvent]:
+    async def on_acting(
+        self, ctx: ActingContext, next_handler: ActingHandler
+    ) -> AsyncIterator[AgentEvent]:
         async for event in next_handler(ctx):
             yield event
 
@@ -104,5 +108,3 @@ class MiddlewareBase:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
-
-

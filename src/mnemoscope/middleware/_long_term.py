@@ -218,16 +218,16 @@ class LongTermMemoryMiddleware(MiddlewareBase):
         self, ctx: ReplyContext, next_handler: ReplyHandler
     ) -> AsyncIterator[AgentEvent]:
         if self.static:
-            event = await self._inject(ctx)
-            if event is not None:
-                yield event
+            injected = await self._inject(ctx)
+            if injected is not None:
+                yield injected
         async for event in next_handler(ctx):
             yield event
         # reached only when the loop ended normally (an exception or cancellation skips it)
         if self.static and ctx.result is not None and ctx.exit_reason in ("done", "max_iters"):
-            event = await self._write_back(ctx)
-            if event is not None:
-                yield event
+            written = await self._write_back(ctx)
+            if written is not None:
+                yield written
 
     async def on_system_prompt(self, ctx: ReplyContext, prompt: str) -> str:
         if not self.agentic:
@@ -328,14 +328,14 @@ class LongTermMemoryMiddleware(MiddlewareBase):
         return self._event(ctx, "write", message, data)
 
     def _event(
-        self, ctx: ReplyContext, action: str, message: str, data: dict[str, Any]
+        self,
+        ctx: ReplyContext,
+        action: Literal["retrieve", "write", "error"],
+        message: str,
+        data: dict[str, Any],
     ) -> MemoryEvent:
         return MemoryEvent(
-            reply_id=ctx.reply_id,
-            source=self.name,
-            action=action,
-            message=message,
-            data=data,  # type: ignore[arg-type]
+            reply_id=ctx.reply_id, source=self.name, action=action, message=message, data=data
         )
 
     # ------------------------------------------------------------ store calls

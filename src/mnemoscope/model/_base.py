@@ -75,7 +75,9 @@ class ChatModelBase(ABC):
         """Yield text/thinking deltas, then one ``final`` chunk with the full response."""
         started = time.perf_counter()
         if self.stream:
-            async for chunk in self._stream(list(messages), list(tools or []), tool_choice, **kwargs):
+            async for chunk in self._stream(
+                list(messages), list(tools or []), tool_choice, **kwargs
+            ):
                 if chunk.final is not None and chunk.final.usage is not None:
                     chunk.final.usage.time = time.perf_counter() - started
                 yield chunk

@@ -96,7 +96,7 @@ def model_call_error(
     else:
         msg = f"{where} returned an unusable response: {type(exc).__name__}: {exc}"
     error = ModelCallError(msg)
-    error.status_code = status  # type: ignore[attr-defined]
+    error.status_code = status
     return error
 
 

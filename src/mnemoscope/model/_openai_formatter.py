@@ -18,9 +18,10 @@ Rules (input):
 * every :class:`ToolResultBlock` becomes a ``{"role": "tool"}`` message placed right after
   the assistant message that called it; images in a result follow as a user message.
 * :class:`ThinkingBlock` s are dropped (providers reject or ignore echoed reasoning).
-* :class:`HintBlock` s become user text wrapped in
+* :class:`HintBlock` s become text wrapped in
   ``<system-hint source="...">...</system-hint>`` so the model can tell injected context
-  from what the user typed; hints never split a tool call from its results.
+  from what the user typed: inline in user and system messages, as a user message after an
+  assistant message; hints never split a tool call from its results.
 
 Rules (output): tool-call arguments that are not a JSON object are kept as the raw string
 under :data:`RAW_ARGUMENTS_KEY`, so tool input validation reports them to the model;
@@ -115,7 +116,7 @@ def format_openai_messages(messages: Sequence[Msg]) -> list[dict[str, Any]]:
                 if block.text:
                     parts.append({"type": "text", "text": block.text})
             elif isinstance(block, HintBlock):
-                if msg.role == "user":
+                if msg.role != "assistant":
                     parts.append({"type": "text", "text": format_hint(block)})
                 else:
                     pending_hints.append(format_hint(block))

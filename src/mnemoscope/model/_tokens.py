@@ -1,8 +1,8 @@
 """Token counting.
 
-With ``tiktoken`` installed *and* its encoding available locally (it downloads the
-encoding files on first use and caches them in ``TIKTOKEN_CACHE_DIR``), counts are exact
-for OpenAI models. Otherwise :func:`estimate_tokens` is used, a documented estimate that
+With ``tiktoken`` installed *and* its encoding file already in tiktoken's cache
+(``TIKTOKEN_CACHE_DIR``; we never let it download), counts are exact for OpenAI models.
+Otherwise :func:`estimate_tokens` is used, a documented estimate that
 errs on the side of counting too many:
 
 * every CJK / kana / hangul / fullwidth character counts as 1.5 tokens (BPE vocabularies
@@ -15,7 +15,10 @@ errs on the side of counting too many:
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
+import os
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -64,15 +67,37 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(cjk * 1.5) + max(words, math.ceil(other_bytes / 3.5))
 
 
+_ENCODING_URLS = {
+    "o200k_base": "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
+    "cl100k_base": "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
+}
+
+
+def _encoding_cached(encoding: str) -> bool:
+    """Whether tiktoken's encoding file is already on disk (so loading never downloads)."""
+    url = _ENCODING_URLS.get(encoding)
+    if url is None:
+        return False
+    cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR")
+    if cache_dir is None:
+        cache_dir = os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    if not cache_dir:  # tiktoken's way of disabling its cache
+        return False
+    return os.path.exists(os.path.join(cache_dir, hashlib.sha1(url.encode()).hexdigest()))
+
+
 @functools.cache
 def _tiktoken_encoder(encoding: str) -> Any | None:
+    # never let token counting hit the network (it could hang where packets are dropped)
+    if not _encoding_cached(encoding):
+        return None
     try:
         import tiktoken
     except ImportError:
         return None
     try:
         return tiktoken.get_encoding(encoding)
-    except Exception:  # noqa: BLE001 - no network / no cached encoding: fall back to estimate
+    except Exception:
         return None
 
 

@@ -43,14 +43,19 @@ from mnemoscope.permission._types import (
 MAX_PATH_BYTES = 4096
 MAX_NAME_BYTES = 255
 _BIDI = {chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F)}
+# characters that look like "/" or "." (beyond what NFKC folds)
+_LOOKALIKES = str.maketrans(
+    {c: "/" for c in "\u2215\u2044\u29f8\u2571\uff0f\u29c4"}
+    | {c: "." for c in "\u2024\ufe52\uff0e\u3002\u0701\u0702\ua4f8\u2e31\u30fb"}
+)
 
 
-def _check_component(part: str, raw: str) -> None:
+def _check_component(part: str) -> None:
     if len(os.fsencode(part)) > MAX_NAME_BYTES:
         raise ValueError(f"a path component is longer than {MAX_NAME_BYTES} bytes")
     if any(ord(ch) < 0x20 or ord(ch) == 0x7F or ch in _BIDI for ch in part):
         raise ValueError("the path contains a control or bidirectional-override character")
-    folded = unicodedata.normalize("NFKC", part)
+    folded = unicodedata.normalize("NFKC", part).translate(_LOOKALIKES)
     if folded != part and (folded in (".", "..") or "/" in folded or "\\" in folded):
         raise ValueError(
             f"the path component {part!r} imitates {folded!r} with look-alike characters"
@@ -72,7 +77,7 @@ def resolve_path(path: str | os.PathLike[str], cwd: str) -> Path:
     if len(os.fsencode(raw)) > MAX_PATH_BYTES:
         raise ValueError(f"the path is longer than {MAX_PATH_BYTES} bytes")
     for part in raw.split("/"):
-        _check_component(part, raw)
+        _check_component(part)
     expanded = os.path.expanduser(raw) if raw.startswith("~") else raw
     if not os.path.isabs(expanded):
         expanded = os.path.join(cwd, expanded)
@@ -176,9 +181,7 @@ class PermissionContext(BaseModel):
         resolved: list[_Resolved] = []
         for raw, access in paths or []:
             try:
-                resolved.append(
-                    (raw, resolve_path(raw, self.cwd), _lexical(raw, self.cwd), access)
-                )
+                resolved.append((raw, resolve_path(raw, self.cwd), _lexical(raw, self.cwd), access))
             except (ValueError, OSError, TypeError) as exc:
                 return _deny(f"{tool_name}: refused path {str(raw)[:200]!r}: {exc}.", "path")
         for rule in self.deny_rules:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class PermissionMode(str, Enum):
+class PermissionMode(StrEnum):
     """How tool calls are decided.
 
     * ``DEFAULT``: reads inside the working directories are allowed; writes inside them

@@ -31,7 +31,7 @@ import asyncio
 import inspect
 import json
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +39,14 @@ from pydantic import BaseModel
 
 from mnemoscope.errors import ModelCallError
 from mnemoscope.message import Msg, TextBlock, ToolUseBlock, new_id
-from mnemoscope.model import ChatChunk, ChatModelBase, ChatResponse, ChatUsage, ToolChoice, ToolSchema
+from mnemoscope.model import (
+    ChatChunk,
+    ChatModelBase,
+    ChatResponse,
+    ChatUsage,
+    ToolChoice,
+    ToolSchema,
+)
 
 
 def tool_call(name: str, _id: str | None = None, **tool_input: Any) -> ToolUseBlock:
@@ -98,7 +105,9 @@ class ScriptedChatModel(ChatModelBase):
     ) -> None:
         super().__init__(model, stream=stream)
         self._queue: deque[Any] = deque(responses or [])
-        self._structured: dict[str, deque[Any]] = {k: deque(v) for k, v in (structured or {}).items()}
+        self._structured: dict[str, deque[Any]] = {
+            k: deque(v) for k, v in (structured or {}).items()
+        }
         self._default = default
         self.calls: list[ScriptedCall] = []
 
@@ -114,7 +123,9 @@ class ScriptedChatModel(ChatModelBase):
         return len(self._queue)
 
     async def _next(self, call: ScriptedCall) -> ChatResponse:
-        forced = call.tool_choice if call.tool_choice not in (None, "auto", "none", "required") else None
+        forced = (
+            call.tool_choice if call.tool_choice not in (None, "auto", "none", "required") else None
+        )
         if forced and self._structured.get(str(forced)):
             item = self._structured[str(forced)].popleft()
         elif self._queue:
@@ -133,7 +144,11 @@ class ScriptedChatModel(ChatModelBase):
         return _to_response(item, forced)
 
     async def _call(
-        self, messages: list[Msg], tools: list[ToolSchema], tool_choice: ToolChoice | None, **kwargs: Any
+        self,
+        messages: list[Msg],
+        tools: list[ToolSchema],
+        tool_choice: ToolChoice | None,
+        **kwargs: Any,
     ) -> ChatResponse:
         # messages are not mutated once built, so a shallow list records them faithfully
         call = ScriptedCall(list(messages), list(tools), tool_choice, kwargs)
@@ -167,9 +182,13 @@ def _to_response(item: Any, forced: str | None) -> ChatResponse:
                 usage=usage,
                 stop_reason="tool_use",
             )
-        return ChatResponse(content=[TextBlock(text=json.dumps(item))], usage=usage, stop_reason="stop")
+        return ChatResponse(
+            content=[TextBlock(text=json.dumps(item))], usage=usage, stop_reason="stop"
+        )
     if isinstance(item, list | tuple):
         blocks = [TextBlock(text=b) if isinstance(b, str) else b for b in item]
         has_tools = any(isinstance(b, ToolUseBlock) for b in blocks)
-        return ChatResponse(content=blocks, usage=usage, stop_reason="tool_use" if has_tools else "stop")
+        return ChatResponse(
+            content=blocks, usage=usage, stop_reason="tool_use" if has_tools else "stop"
+        )
     raise TypeError(f"cannot turn {type(item).__name__} into a scripted response: {item!r}")

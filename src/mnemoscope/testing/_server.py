@@ -328,7 +328,6 @@ class OpenAICompatServer:
         record = RecordedRequest(path, body, headers)
         with self._lock:
             self.requests.append(record)
-            failure = self._failures.popleft() if self._failures else None
         anthropic = path.rstrip("/").endswith("/messages")
         if self.api_key is not None and record.authorization not in (
             f"Bearer {self.api_key}",
@@ -336,6 +335,8 @@ class OpenAICompatServer:
         ):
             handler.send_json(401, _error_body("invalid API key", "authentication_error"))
             return
+        with self._lock:
+            failure = self._failures.popleft() if self._failures else None
         if failure is not None:
             self._send_error(handler, failure, anthropic)
             return

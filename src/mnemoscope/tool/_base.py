@@ -82,7 +82,11 @@ class ToolBase(ABC):
         if cached is None or cached[0] != key:
             schema = self.Input.model_json_schema()
             schema.pop("title", None)
-            built: ToolSchema = {"name": self.name, "description": self.description, "input_schema": schema}
+            built: ToolSchema = {
+                "name": self.name,
+                "description": self.description,
+                "input_schema": schema,
+            }
             cached = (key, built)
             self.__dict__["_schema_cache"] = cached
         return cached[1]

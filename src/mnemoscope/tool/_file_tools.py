@@ -51,7 +51,8 @@ class _FileTool(ToolBase):
         return [str(r) for r in pc.roots()]
 
     def _reads(self, ctx: ToolContext) -> dict[str, str]:
-        return ctx.state.setdefault(STATE_KEY, {})  # type: ignore[no-any-return]
+        reads: dict[str, str] = ctx.state.setdefault(STATE_KEY, {})
+        return reads
 
     def _key(self, real_path: str) -> str:
         return f"{self.backend.key}:{real_path}"
@@ -292,7 +293,9 @@ class Edit(_FileTool):
         self._remember(ctx, res.stat.path, res.stat.version)
         many = "s" if res.replacements != 1 else ""
         return ToolResult(
-            output=f"Edited {path}: {res.replacements} replacement{many} (first at line {res.line}).",
+            output=(
+                f"Edited {path}: {res.replacements} replacement{many} (first at line {res.line})."
+            ),
             metadata={"replacements": res.replacements, "version": res.stat.version},
         )
 

@@ -88,7 +88,9 @@ class FunctionTool(ToolBase):
         fields: dict[str, Any] = {}
         for pname, param in inspect.signature(func).parameters.items():
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-                raise UserError(f"tool {self.name!r}: *args/**kwargs cannot be described to a model")
+                raise UserError(
+                    f"tool {self.name!r}: *args/**kwargs cannot be described to a model"
+                )
             annotation = hints.get(pname, Any)
             if annotation is ToolContext:
                 self._context_param = pname
@@ -125,9 +127,7 @@ def _to_text(value: Any) -> str:
         return str(value)
 
 
-def function_tool(
-    func: Callable[..., Any] | None = None, **kwargs: Any
-) -> Any:
+def function_tool(func: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
     """Decorator: ``@function_tool`` or ``@function_tool(name=..., is_read_only=True)``."""
     if func is None:
         return lambda f: FunctionTool(f, **kwargs)

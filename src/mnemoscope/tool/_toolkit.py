@@ -10,7 +10,7 @@ import pydantic
 
 from mnemoscope.errors import UserError
 from mnemoscope.message import ToolResultBlock, ToolUseBlock
-from mnemoscope.model import ToolSchema
+from mnemoscope.model import RAW_ARGUMENTS_KEY, ToolSchema
 from mnemoscope.tool._base import ToolBase, ToolContext, ToolResult
 from mnemoscope.tool._function import FunctionTool
 
@@ -42,9 +42,7 @@ class Toolkit:
         if not tool.name:
             raise UserError(f"{tool!r} has no name; set the 'name' attribute")
         if tool.name in self._tools:
-            raise UserError(
-                f"two tools are named {tool.name!r}; give one of them another name"
-            )
+            raise UserError(f"two tools are named {tool.name!r}; give one of them another name")
         self._tools[tool.name] = tool
         self._schemas = None
         return tool
@@ -73,27 +71,43 @@ class Toolkit:
         return list(self._schemas)
 
     # ---------------------------------------------------------------- execution
-    def prepare(self, tool_use: ToolUseBlock) -> tuple[ToolBase, pydantic.BaseModel] | ToolResultBlock:
+    def prepare(
+        self, tool_use: ToolUseBlock
+    ) -> tuple[ToolBase, pydantic.BaseModel] | ToolResultBlock:
         """Find the tool and validate its input, or return the error result for the model."""
         tool = self._tools.get(tool_use.name)
         if tool is None:
             known = ", ".join(sorted(self._tools)) or "none"
             return _error(tool_use, f"Unknown tool {tool_use.name!r}. Available tools: {known}.")
+        if RAW_ARGUMENTS_KEY in tool_use.input:
+            raw = str(tool_use.input[RAW_ARGUMENTS_KEY])[:200]
+            return _error(
+                tool_use,
+                f"The arguments for {tool.name} were not a valid JSON object: {raw!r}. "
+                "Call the tool again with a JSON object matching its schema.",
+            )
         try:
             return tool, tool.Input.model_validate(tool_use.input)
         except pydantic.ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in exc.errors()
             )
-            return _error(tool_use, f"Invalid input for {tool.name}: {problems}. Fix the arguments and call again.")
+            return _error(
+                tool_use,
+                f"Invalid input for {tool.name}: {problems}. Fix the arguments and call again.",
+            )
 
     async def execute(
-        self, tool: ToolBase, tool_input: pydantic.BaseModel, tool_use: ToolUseBlock, ctx: ToolContext
+        self,
+        tool: ToolBase,
+        tool_input: pydantic.BaseModel,
+        tool_use: ToolUseBlock,
+        ctx: ToolContext,
     ) -> ToolResultBlock:
         """Run a prepared call. An exception becomes an error result; cancellation propagates."""
         try:
             result = await tool.call(tool_input, ctx)
-        except Exception as exc:  # noqa: BLE001 - tool errors go back to the model
+        except Exception as exc:
             logger.info("tool %s raised %s: %s", tool.name, type(exc).__name__, exc)
             return _error(tool_use, f"{tool.name} failed: {type(exc).__name__}: {exc}")
         if not isinstance(result, ToolResult):

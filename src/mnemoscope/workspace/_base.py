@@ -17,6 +17,7 @@ Errors::
 
 from __future__ import annotations
 
+import builtins
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -177,7 +178,7 @@ class BackendBase(ABC):
         """Run one operation; raise :class:`WorkspaceError` on failure."""
 
     @abstractmethod
-    async def exec(self, cmd: str, *, timeout: float = 60.0) -> ExecResult:
+    async def exec(self, cmd: str, *, timeout: float = 60.0) -> ExecResult:  # noqa: ASYNC109 - exec(cmd, timeout) is the API
         """Run a shell command in :attr:`cwd`; kill it after ``timeout`` seconds."""
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
@@ -193,7 +194,8 @@ class BackendBase(ABC):
     ) -> FileContent:
         """Bytes and stat of a regular file (refuses devices, FIFOs, sockets)."""
         res = await self._call(
-            "read", {"path": self.abspath(path), "roots": self._roots(roots), "max_bytes": max_bytes}
+            "read",
+            {"path": self.abspath(path), "roots": self._roots(roots), "max_bytes": max_bytes},
         )
         return FileContent(res["data"], FileStat.from_dict(res["stat"]))
 
@@ -224,18 +226,22 @@ class BackendBase(ABC):
         )
         return bool(res["exists"])
 
-    async def list(self, path: str, *, roots: Roots = None) -> list[DirEntry]:  # noqa: A003
+    async def list(self, path: str, *, roots: Roots = None) -> list[DirEntry]:
         res = await self._call("list", {"path": self.abspath(path), "roots": self._roots(roots)})
         return [DirEntry(**e) for e in res["entries"]]
 
     async def glob(
         self, pattern: str, path: str | None = None, *, roots: Roots = None, limit: int = 1000
-    ) -> tuple[list[str], bool]:
+    ) -> tuple[builtins.list[str], bool]:
         """Paths of files matching ``pattern`` below ``path``; returns (paths, truncated)."""
         res = await self._call(
             "glob",
-            {"pattern": pattern, "path": self.abspath(path or self.cwd),
-             "roots": self._roots(roots), "limit": limit},
+            {
+                "pattern": pattern,
+                "path": self.abspath(path or self.cwd),
+                "roots": self._roots(roots),
+                "limit": limit,
+            },
         )
         return list(res["paths"]), bool(res["truncated"])
 
@@ -252,12 +258,18 @@ class BackendBase(ABC):
         """Lines matching the regular expression ``pattern`` in a file or below a directory."""
         res = await self._call(
             "grep",
-            {"pattern": pattern, "path": self.abspath(path or self.cwd),
-             "roots": self._roots(roots), "glob": glob, "ignore_case": ignore_case,
-             "limit": limit},
+            {
+                "pattern": pattern,
+                "path": self.abspath(path or self.cwd),
+                "roots": self._roots(roots),
+                "glob": glob,
+                "ignore_case": ignore_case,
+                "limit": limit,
+            },
         )
         return GrepResult(
-            [GrepMatch(**m) for m in res["matches"]], bool(res["truncated"]),
+            [GrepMatch(**m) for m in res["matches"]],
+            bool(res["truncated"]),
             int(res["files_searched"]),
         )
 
@@ -275,8 +287,13 @@ class BackendBase(ABC):
         if the file is still at that version (``"absent"``: only if it does not exist)."""
         res = await self._call(
             "write",
-            {"path": self.abspath(path), "data": bytes(data), "roots": self._roots(roots),
-             "expected_version": expected_version, "create_parents": create_parents},
+            {
+                "path": self.abspath(path),
+                "data": bytes(data),
+                "roots": self._roots(roots),
+                "expected_version": expected_version,
+                "create_parents": create_parents,
+            },
         )
         return _write_result(res)
 
@@ -294,9 +311,15 @@ class BackendBase(ABC):
         """Atomically write text, keeping an existing file's encoding and CRLF endings."""
         res = await self._call(
             "write_text",
-            {"path": self.abspath(path), "text": text, "roots": self._roots(roots),
-             "expected_version": expected_version, "encoding": encoding,
-             "preserve_line_endings": preserve_line_endings, "create_parents": create_parents},
+            {
+                "path": self.abspath(path),
+                "text": text,
+                "roots": self._roots(roots),
+                "expected_version": expected_version,
+                "encoding": encoding,
+                "preserve_line_endings": preserve_line_endings,
+                "create_parents": create_parents,
+            },
         )
         return _write_result(res)
 
@@ -313,15 +336,21 @@ class BackendBase(ABC):
         """Replace ``old_string`` (exactly once unless ``replace_all``) under the file lock."""
         res = await self._call(
             "edit",
-            {"path": self.abspath(path), "old_string": old_string, "new_string": new_string,
-             "replace_all": replace_all, "roots": self._roots(roots),
-             "expected_version": expected_version},
+            {
+                "path": self.abspath(path),
+                "old_string": old_string,
+                "new_string": new_string,
+                "replace_all": replace_all,
+                "roots": self._roots(roots),
+                "expected_version": expected_version,
+            },
         )
         return _write_result(res)
 
     async def remove(self, path: str, *, roots: Roots = None, recursive: bool = False) -> None:
         await self._call(
-            "remove", {"path": self.abspath(path), "roots": self._roots(roots), "recursive": recursive}
+            "remove",
+            {"path": self.abspath(path), "roots": self._roots(roots), "recursive": recursive},
         )
 
     async def mkdir(self, path: str, *, roots: Roots = None, parents: bool = True) -> None:
@@ -375,8 +404,13 @@ class WorkspaceBase(ABC):
         from mnemoscope.tool._file_tools import Edit, Glob, Grep, Read, Write
 
         backend = self.get_backend()
-        return [Read(backend=backend), Write(backend=backend), Edit(backend=backend),
-                Glob(backend=backend), Grep(backend=backend)]
+        return [
+            Read(backend=backend),
+            Write(backend=backend),
+            Edit(backend=backend),
+            Glob(backend=backend),
+            Grep(backend=backend),
+        ]
 
     async def __aenter__(self) -> WorkspaceBase:
         await self.initialize()

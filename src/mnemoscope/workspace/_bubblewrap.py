@@ -45,8 +45,16 @@ HELPER_PATH = "/.mnemoscope/_fsops.py"
 
 _SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC_FILES = (
-    "/etc/ld.so.cache", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/localtime",
-    "/etc/alternatives", "/etc/hosts", "/etc/resolv.conf", "/etc/ssl", "/etc/ca-certificates",
+    "/etc/ld.so.cache",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/localtime",
+    "/etc/alternatives",
+    "/etc/hosts",
+    "/etc/resolv.conf",
+    "/etc/ssl",
+    "/etc/ca-certificates",
 )
 _PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 
@@ -65,8 +73,21 @@ def bwrap_args(
     args = [bwrap, "--die-with-parent", "--new-session", "--unshare-all"]
     if network:
         args.append("--share-net")
-    args += ["--clearenv", "--setenv", "PATH", _PATH, "--setenv", "HOME", workdir,
-             "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONDONTWRITEBYTECODE", "1"]
+    args += [
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        _PATH,
+        "--setenv",
+        "HOME",
+        workdir,
+        "--setenv",
+        "LANG",
+        "C.UTF-8",
+        "--setenv",
+        "PYTHONDONTWRITEBYTECODE",
+        "1",
+    ]
     for key, value in (env or {}).items():
         args += ["--setenv", key, value]
     args += ["--ro-bind", "/usr", "/usr"]
@@ -111,10 +132,17 @@ class BubblewrapBackend(BackendBase):
         # permission engine and the backend agree that it is outside
         super().__init__(workdir, os.path.expanduser("~"))
         self._python = os.path.realpath(python or sys.executable)
-        prefix = sys.base_prefix if python is None else os.path.dirname(os.path.dirname(self._python))
+        prefix = (
+            sys.base_prefix if python is None else os.path.dirname(os.path.dirname(self._python))
+        )
         self._args = bwrap_args(
-            workdir, bwrap=bwrap, network=network, ro_paths=ro_paths, rw_paths=rw_paths,
-            python_prefix=prefix, env=env,
+            workdir,
+            bwrap=bwrap,
+            network=network,
+            ro_paths=ro_paths,
+            rw_paths=rw_paths,
+            python_prefix=prefix,
+            env=env,
         )
         self._proc: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()
@@ -137,7 +165,12 @@ class BubblewrapBackend(BackendBase):
         if self._proc is not None and self._proc.returncode is None:
             return self._proc
         self._proc = await asyncio.create_subprocess_exec(
-            *self._args, self._python, "-I", "-S", HELPER_PATH, "serve",
+            *self._args,
+            self._python,
+            "-I",
+            "-S",
+            HELPER_PATH,
+            "serve",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -176,9 +209,9 @@ class BubblewrapBackend(BackendBase):
         res = json.loads(answer)
         if not res["ok"]:
             raise make_error(res["code"], res["message"])
-        return _fsops.from_json(res["result"])  # type: ignore[no-any-return]
+        return _fsops.from_json(res["result"])
 
-    async def exec(self, cmd: str, *, timeout: float = 60.0) -> ExecResult:
+    async def exec(self, cmd: str, *, timeout: float = 60.0) -> ExecResult:  # noqa: ASYNC109 - exec(cmd, timeout) is the API
         return await run_process([*self._args, "/bin/sh", "-c", cmd], timeout=timeout)
 
     async def _kill(self) -> None:
@@ -237,7 +270,10 @@ class BubblewrapWorkspace(WorkspaceBase):
         self._workdir = os.path.realpath(os.path.expanduser(workdir)) if workdir else None
         self._owns_dir = workdir is None
         self._opts: dict[str, Any] = dict(
-            network=network, ro_paths=tuple(ro_paths), rw_paths=tuple(rw_paths), python=python,
+            network=network,
+            ro_paths=tuple(ro_paths),
+            rw_paths=tuple(rw_paths),
+            python=python,
             env=env,
         )
         self._bwrap = bwrap
@@ -258,9 +294,8 @@ class BubblewrapWorkspace(WorkspaceBase):
                 "'apt-get install bubblewrap' (Debian/Ubuntu) or pass bwrap='/path/to/bwrap'"
             )
         if self._workdir is None:
-            self._workdir = os.path.realpath(
-                await asyncio.to_thread(tempfile.mkdtemp, prefix="mnemoscope-bwrap-")
-            )
+            tmp = await asyncio.to_thread(tempfile.mkdtemp, prefix="mnemoscope-bwrap-")
+            self._workdir = await asyncio.to_thread(os.path.realpath, tmp)
         else:
             await asyncio.to_thread(os.makedirs, self._workdir, exist_ok=True)
         backend = BubblewrapBackend(self._workdir, bwrap=bwrap, **self._opts)

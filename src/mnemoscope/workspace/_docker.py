@@ -74,7 +74,8 @@ class DockerBackend(BackendBase):
     async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         """Copy bytes into the container with ``put_archive`` (not atomic; use write_*)."""
         ok = await asyncio.to_thread(
-            self.container.put_archive, os.path.dirname(path),
+            self.container.put_archive,
+            os.path.dirname(path),
             _tar_one(os.path.basename(path), data, mode),
         )
         if not ok:
@@ -93,8 +94,8 @@ class DockerBackend(BackendBase):
 
     async def install_helper(self) -> None:
         await asyncio.to_thread(self.container.exec_run, ["mkdir", "-p", HELPER_DIR, self.cwd])
-        with open(_fsops.__file__, "rb") as f:
-            await self.put_file(HELPER_PATH, f.read())
+        source = await asyncio.to_thread(_fsops.helper_source)
+        await self.put_file(HELPER_PATH, source)
 
     async def _call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         req = json.dumps({"op": op, "args": _fsops.to_json(args)})
@@ -116,9 +117,9 @@ class DockerBackend(BackendBase):
         res = json.loads(out)
         if not res["ok"]:
             raise make_error(res["code"], res["message"])
-        return _fsops.from_json(res["result"])  # type: ignore[no-any-return]
+        return _fsops.from_json(res["result"])
 
-    async def exec(self, cmd: str, *, timeout: float = 60.0) -> ExecResult:
+    async def exec(self, cmd: str, *, timeout: float = 60.0) -> ExecResult:  # noqa: ASYNC109 - exec(cmd, timeout) is the API
         # exec_run has no timeout: coreutils' timeout kills the command inside
         argv = ["timeout", "-s", "KILL", f"{timeout:g}", "/bin/sh", "-c", cmd]
         code, (out, err) = await asyncio.to_thread(

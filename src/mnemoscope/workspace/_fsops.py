@@ -162,9 +162,13 @@ def _symlink_target(dfd: int, dir_real: str, name: str, hops: int) -> str:
     return os.path.realpath(os.path.join(dir_real, os.readlink(name, dir_fd=dfd)))
 
 
-def _open_file(path: str, roots: list[str] | None, hops: int = 0) -> tuple[int, os.stat_result, str]:
+def _open_file(
+    path: str, roots: list[str] | None, hops: int = 0
+) -> tuple[int, os.stat_result, str]:
     """Open a regular file for reading; returns (fd, fstat, real path)."""
     _precheck(path, roots)
+    if os.path.isdir(path):  # also when path is a root itself (its parent is outside)
+        raise FsError("is_directory", f"{path} is a directory, not a file")
     parent, name = _split(path)
     dfd, dir_real = _open_dir(parent, roots)
     target = None
@@ -187,9 +191,7 @@ def _open_file(path: str, roots: list[str] | None, hops: int = 0) -> tuple[int, 
         raise FsError("is_directory", f"{path} is a directory, not a file")
     if not stat_mod.S_ISREG(st.st_mode):
         os.close(fd)
-        raise FsError(
-            "denied", f"{path} is not a regular file (device, FIFO or socket); refused"
-        )
+        raise FsError("denied", f"{path} is not a regular file (device, FIFO or socket); refused")
     return fd, st, os.path.join(dir_real, name)
 
 
@@ -273,7 +275,7 @@ def op_read(path: str, roots: list[str] | None = None, max_bytes: int | None = N
     return {"data": data, "stat": _stat_dict(real, st, data)}
 
 
-def op_stat(path: str, roots: list[str] | None = None, hash: bool = True) -> dict:  # noqa: A002
+def op_stat(path: str, roots: list[str] | None = None, hash: bool = True) -> dict:
     roots = _roots(roots)
     check_path(path)
     try:
@@ -288,8 +290,14 @@ def op_stat(path: str, roots: list[str] | None = None, hash: bool = True) -> dic
     try:
         fd, st, real = _open_file(path, roots)
     except (FileNotFoundError, NotADirectoryError):
-        return {"path": path, "exists": False, "type": "", "size": 0, "mtime_ns": 0,
-                "version": ABSENT}
+        return {
+            "path": path,
+            "exists": False,
+            "type": "",
+            "size": 0,
+            "mtime_ns": 0,
+            "version": ABSENT,
+        }
     try:
         data = _read_fd(fd, None) if hash else None
         return _stat_dict(real, st, data)
@@ -301,20 +309,25 @@ def op_list(path: str, roots: list[str] | None = None) -> dict:
     roots = _roots(roots)
     dfd, _ = _open_dir(check_path(path), roots)
     try:
-        entries = []
+        entries: list[dict[str, Any]] = []
         with os.scandir(dfd) as it:
             for e in it:
                 if e.name.startswith(TMP_PREFIX):
                     continue
                 st = e.stat(follow_symlinks=False)
                 kind = (
-                    "symlink" if e.is_symlink() else "directory" if e.is_dir(follow_symlinks=False)
-                    else "file" if e.is_file(follow_symlinks=False) else "other"
+                    "symlink"
+                    if e.is_symlink()
+                    else "directory"
+                    if e.is_dir(follow_symlinks=False)
+                    else "file"
+                    if e.is_file(follow_symlinks=False)
+                    else "other"
                 )
                 entries.append({"name": e.name, "type": kind, "size": st.st_size})
     finally:
         os.close(dfd)
-    entries.sort(key=lambda x: x["name"])
+    entries.sort(key=lambda x: str(x["name"]))
     return {"entries": entries}
 
 
@@ -450,8 +463,7 @@ def op_grep(
             files = [
                 (os.path.join(path, rel), rp)
                 for rel, rp in _walk(dfd, dir_real, roots)
-                if name_rx is None
-                or name_rx.match(rel if "/" in glob else rel.rsplit("/", 1)[-1])  # type: ignore[operator]
+                if name_rx is None or name_rx.match(rel if "/" in glob else rel.rsplit("/", 1)[-1])  # type: ignore[operator]
             ]
         finally:
             os.close(dfd)
@@ -520,6 +532,8 @@ def _update(
 ) -> dict:
     """Replace ``path`` atomically with ``fn(old_bytes_or_None)`` under the directory lock."""
     _precheck(path, roots)
+    if os.path.isdir(path):
+        raise FsError("is_directory", f"{path} is a directory, not a file")
     parent, name = _split(path)
     if create_parents:
         _makedirs(parent, roots)
@@ -555,22 +569,29 @@ def _update(
                 finally:
                     os.close(fd)
             if expected_version is not None and expected_version != current:
-                what = "does not exist any more" if current == ABSENT else (
-                    "was created by someone else" if expected_version == ABSENT
-                    else "was modified"
+                what = (
+                    "does not exist any more"
+                    if current == ABSENT
+                    else (
+                        "was created by someone else"
+                        if expected_version == ABSENT
+                        else "was modified"
+                    )
                 )
                 raise FsError("conflict", f"{path} {what} since it was last read")
             new, extra = fn(old)
             tmp = TMP_PREFIX + secrets.token_hex(8)
             tfd = os.open(
-                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o666, dir_fd=dfd,
+                tmp,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o666,
+                dir_fd=dfd,
             )
             try:
                 try:
                     view = memoryview(new)
                     while view:
-                        view = view[os.write(tfd, view):]
+                        view = view[os.write(tfd, view) :]
                     if mode is not None:
                         os.fchmod(tfd, mode)
                     os.fsync(tfd)
@@ -719,6 +740,12 @@ def op_mkdir(path: str, roots: list[str] | None = None, parents: bool = True) ->
         finally:
             os.close(dfd)
     return {}
+
+
+def helper_source() -> bytes:
+    """This file's bytes, to copy into a sandbox."""
+    with open(__file__, "rb") as f:
+        return f.read()
 
 
 def op_ping() -> dict:

@@ -50,14 +50,16 @@ class LocalBackend(BackendBase):
         except _fsops.FsError as exc:
             raise make_error(exc.code, exc.message) from None
 
-    async def exec(self, cmd: str, *, timeout: float = 60.0) -> ExecResult:
-        return await run_process(
-            ["/bin/sh", "-c", cmd], timeout=timeout, cwd=self.cwd
-        )
+    async def exec(self, cmd: str, *, timeout: float = 60.0) -> ExecResult:  # noqa: ASYNC109 - exec(cmd, timeout) is the API
+        return await run_process(["/bin/sh", "-c", cmd], timeout=timeout, cwd=self.cwd)
 
 
 async def run_process(
-    argv: list[str], *, timeout: float, cwd: str | None = None, env: dict[str, str] | None = None
+    argv: list[str],
+    *,
+    timeout: float,  # noqa: ASYNC109 - exec(cmd, timeout) is the API
+    cwd: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> ExecResult:
     """Run ``argv`` in its own process group; kill the whole group on timeout."""
     proc = await asyncio.create_subprocess_exec(

@@ -1,0 +1,281 @@
+"""Backend-specific behaviour: storage layout, corrupt rows, ownership, configuration errors,
+missing extras."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from mnemoscope.errors import CorruptRecordError, MissingExtraError, UserError
+from mnemoscope.memory import MemoryBase
+from mnemoscope.message import UserMsg
+
+MakeMemory = Callable[..., MemoryBase]
+
+
+# ------------------------------------------------------------------ corrupt rows
+async def _corrupt(backend: str, mem: MemoryBase, msg_id: str, payload: str) -> None:
+    """Write ``payload`` over a stored message, as a foreign writer would."""
+    if backend == "redis":
+        await mem.client.hset(mem.key("msgs"), msg_id, payload)  # type: ignore[attr-defined]
+        return
+    import sqlalchemy as sa
+
+    t = mem.messages  # type: ignore[attr-defined]
+    async with mem.engine.begin() as conn:  # type: ignore[attr-defined]
+        await conn.execute(
+            sa.update(t)
+            .where(t.c.user_id == mem.user_id, t.c.session_id == mem.session_id)
+            .where(t.c.msg_id == msg_id)
+            .values(msg_json=payload)
+        )
+
+
+@pytest.mark.parametrize("backend", ["redis", "sqlite", "postgres", "mariadb"], indirect=True)
+async def test_corrupt_rows_are_skipped_and_reported_by_id(
+    make_memory: MakeMemory, backend: str
+) -> None:
+    mem = make_memory()
+    a, b, c, d = (UserMsg("alice", w) for w in "abcd")
+    await mem.add([a, b], marks="hint")
+    await mem.add([c, d])
+    await _corrupt(backend, mem, b.id, "{not json")
+    await _corrupt(backend, mem, d.id, '{"valid": "json", "but": "no Msg"}')
+
+    got = await mem.get()
+    assert [m.get_text_content() for m in got] == ["a", "c"]
+    assert [e.record_id for e in mem.corrupt_records] == [b.id, d.id]
+    assert [m.id for m in await mem.get(marks="hint")] == [a.id]
+    with pytest.raises(CorruptRecordError) as info:
+        await mem.get(on_corrupt="raise")
+    assert info.value.record_id == b.id
+    with pytest.raises(CorruptRecordError):
+        await mem.export_state()
+    # the corrupt row can be inspected and deleted by its id
+    assert await mem.get_marks(b.id) == ["hint"]
+    assert await mem.delete([b.id, d.id]) == 2
+    assert [m.id for m in await mem.get()] == [a.id, c.id]
+
+
+# ------------------------------------------------------------------------- Redis
+async def test_redis_key_layout_is_one_cluster_slot(redis_url: str, unique_id: str) -> None:
+    from redis.crc import key_slot
+
+    from mnemoscope.memory import RedisMemory
+
+    mem = RedisMemory.from_url(redis_url, user_id=f"u:{unique_id}", session_id="s{1}")
+    try:
+        await mem.add(UserMsg("alice", "x"), marks=["hint", "a:b"])
+        keys = sorted(k.decode() for k in await mem.client.keys(f"mnemoscope:{{u%3A{unique_id}*"))
+        base = f"mnemoscope:{{u%3A{unique_id}:s%7B1%7D}}"
+        assert keys == sorted(
+            f"{base}:{name}"
+            for name in ("msgs", "order", "seq", "marks", "marknames", "mark:hint", "mark:a:b")
+        )
+        assert len({key_slot(k.encode()) for k in keys}) == 1
+        assert mem.key("mark:hint") == f"{base}:mark:hint"
+        with pytest.raises(UserError):
+            mem.key("nope")
+    finally:
+        await mem.clear()
+        await mem.aclose()
+
+
+async def test_redis_ttl_is_set_and_refreshed_on_write(redis_url: str, unique_id: str) -> None:
+    from mnemoscope.memory import RedisMemory
+
+    mem = RedisMemory.from_url(redis_url, user_id=unique_id, ttl=100)
+    try:
+        await mem.add(UserMsg("alice", "x"), marks="hint")
+        for name in ("msgs", "order", "seq", "marks", "marknames", "mark:hint"):
+            assert 0 < await mem.client.ttl(mem.key(name)) <= 100
+        await mem.client.expire(mem.key("msgs"), 5)
+        await mem.update_marks(None, add="other")
+        assert await mem.client.ttl(mem.key("msgs")) > 5
+        assert 0 < await mem.client.ttl(mem.key("mark:other")) <= 100
+    finally:
+        await mem.clear()
+        await mem.aclose()
+    no_ttl = RedisMemory.from_url(redis_url, user_id=unique_id)
+    try:
+        await no_ttl.add(UserMsg("alice", "y"))
+        assert await no_ttl.client.ttl(no_ttl.key("msgs")) == -1
+    finally:
+        await no_ttl.clear()
+        await no_ttl.aclose()
+
+
+async def test_redis_closes_only_its_own_client(redis_url: str, unique_id: str) -> None:
+    import redis.asyncio as aioredis
+
+    from mnemoscope.memory import RedisMemory
+
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    mem = RedisMemory(client, user_id=unique_id)
+    await mem.add(UserMsg("alice", "x"), marks="m")
+    assert [m.get_text_content() for m in await mem.get()] == ["x"]  # decoded responses work
+    assert await mem.get_marks((await mem.get())[0].id) == ["m"]
+    await mem.clear()
+    await mem.aclose()
+    assert await client.ping()  # still usable
+    await client.aclose()
+
+    name = f"mnemoscope-owned-{unique_id}"
+    owned = RedisMemory(url=redis_url, user_id=unique_id, client_name=name)
+    admin = aioredis.Redis.from_url(redis_url)
+    await owned.size()
+    assert any(c["name"] == name for c in await admin.client_list())
+    await owned.aclose()
+    assert not any(c["name"] == name for c in await admin.client_list())  # disconnected
+    await admin.aclose()
+
+
+def test_redis_configuration_errors(redis_url: str) -> None:
+    import redis.asyncio as aioredis
+
+    from mnemoscope.memory import RedisMemory
+
+    client = aioredis.Redis.from_url(redis_url)
+    with pytest.raises(UserError, match="not both"):
+        RedisMemory(client, url=redis_url)
+    with pytest.raises(UserError, match="key_prefix"):
+        RedisMemory(url=redis_url, key_prefix="a{b}")
+    with pytest.raises(UserError, match="ttl"):
+        RedisMemory(url=redis_url, ttl=0)
+    with pytest.raises(UserError, match="session_id"):
+        RedisMemory(url=redis_url, session_id="")
+    tls = RedisMemory.from_url("rediss://:secret@cache.example:6380/2", session_id="s")
+    pool = tls.client.connection_pool
+    assert pool.connection_class.__name__ == "SSLConnection"
+    assert pool.connection_kwargs["port"] == 6380 and pool.connection_kwargs["db"] == 2
+
+
+# --------------------------------------------------------------------------- SQL
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "mariadb"], indirect=True)
+async def test_sql_tables_and_indexes(make_memory: MakeMemory, backend: str) -> None:
+    import sqlalchemy as sa
+
+    mem = make_memory()
+    await mem.add(UserMsg("alice", "x"), marks="hint")
+    engine = mem.engine  # type: ignore[attr-defined]
+
+    def inspect(sync_conn: sa.Connection) -> dict[str, object]:
+        insp = sa.inspect(sync_conn)
+        return {
+            "tables": set(insp.get_table_names()),
+            "msg_pk": insp.get_pk_constraint("mnemoscope_messages")["constrained_columns"],
+            "mark_ix": [ix["column_names"] for ix in insp.get_indexes("mnemoscope_marks")],
+        }
+
+    async with engine.connect() as conn:
+        info = await conn.run_sync(inspect)
+    assert {"mnemoscope_sessions", "mnemoscope_messages", "mnemoscope_marks"} <= info["tables"]
+    assert info["msg_pk"] == ["user_id", "session_id", "seq"]
+    assert ["user_id", "session_id", "mark", "seq"] in info["mark_ix"]
+
+
+async def test_sqlite_file_uses_wal(tmp_path: Path, unique_id: str) -> None:
+    pytest.importorskip("aiosqlite", reason="the 'sql' extra is not installed")
+    from mnemoscope.memory import AsyncSQLAlchemyMemory
+
+    mem = AsyncSQLAlchemyMemory(url=f"sqlite+aiosqlite:///{tmp_path / 'm.db'}", user_id=unique_id)
+    await mem.add(UserMsg("alice", "x"))
+    async with mem.engine.connect() as conn:
+        assert (await conn.exec_driver_sql("PRAGMA journal_mode")).scalar() == "wal"
+        assert (await conn.exec_driver_sql("PRAGMA busy_timeout")).scalar() >= 1000
+    await mem.aclose()
+
+
+async def test_sql_accepts_engine_sessionmaker_session_and_closes_only_its_own(
+    tmp_path: Path, unique_id: str
+) -> None:
+    pytest.importorskip("aiosqlite", reason="the 'sql' extra is not installed")
+    from sqlalchemy.ext.asyncio import async_sessionmaker
+
+    from mnemoscope.memory import AsyncSQLAlchemyMemory
+
+    url = f"sqlite+aiosqlite:///{tmp_path / 'shared.db'}"
+    engine = AsyncSQLAlchemyMemory.create_engine(url)
+    factory = async_sessionmaker(engine)
+    one = AsyncSQLAlchemyMemory(engine, user_id=unique_id, session_id="a")
+    two = AsyncSQLAlchemyMemory(factory, user_id=unique_id, session_id="b")
+    async with factory() as session:
+        three = AsyncSQLAlchemyMemory(session, user_id=unique_id, session_id="c")
+    for mem in (one, two, three):
+        assert mem.engine is engine
+        await mem.add(UserMsg("alice", mem.session_id))
+        await mem.aclose()
+    four = AsyncSQLAlchemyMemory(engine, user_id=unique_id, session_id="a")
+    assert [m.get_text_content() for m in await four.get()] == ["a"]  # engine still open
+    await engine.dispose()
+
+
+def test_sql_configuration_errors(tmp_path: Path) -> None:
+    pytest.importorskip("aiosqlite", reason="the 'sql' extra is not installed")
+    from sqlalchemy.ext.asyncio import async_sessionmaker
+
+    from mnemoscope.memory import AsyncSQLAlchemyMemory
+
+    url = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
+    with pytest.raises(UserError, match="engine_or_session must be"):
+        AsyncSQLAlchemyMemory(42)  # type: ignore[arg-type]
+    with pytest.raises(UserError, match="not both"):
+        AsyncSQLAlchemyMemory(url, url=url)
+    with pytest.raises(UserError, match="table_prefix"):
+        AsyncSQLAlchemyMemory(url, table_prefix="drop table;")
+    with pytest.raises(UserError, match="bound to an AsyncEngine"):
+        AsyncSQLAlchemyMemory(async_sessionmaker())
+    with pytest.raises(UserError, match="user_id is 200 characters"):
+        AsyncSQLAlchemyMemory(url, user_id="u" * 200)
+    with pytest.raises(UserError, match="invalid database URL"):
+        AsyncSQLAlchemyMemory("not a url")
+
+
+async def test_sql_rejects_overlong_ids_before_writing(tmp_path: Path) -> None:
+    pytest.importorskip("aiosqlite", reason="the 'sql' extra is not installed")
+    from mnemoscope.memory import AsyncSQLAlchemyMemory
+
+    mem = AsyncSQLAlchemyMemory(f"sqlite+aiosqlite:///{tmp_path / 'x.db'}")
+    with pytest.raises(UserError, match="message id"):
+        await mem.add([UserMsg("a", "ok"), UserMsg("a", "long", id="x" * 129)])
+    with pytest.raises(UserError, match="mark"):
+        await mem.add(UserMsg("a", "ok"), marks="m" * 129)
+    assert await mem.size() == 0
+    await mem.aclose()
+
+
+# ---------------------------------------------------------------- missing extras
+@pytest.mark.parametrize(
+    ("module", "blocked", "extra", "name"),
+    [
+        ("mnemoscope.memory._redis", "redis", "redis", "RedisMemory"),
+        ("mnemoscope.memory._sqlalchemy", "sqlalchemy", "sql", "AsyncSQLAlchemyMemory"),
+    ],
+)
+def test_missing_extra_error_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, module: str, blocked: str, extra: str, name: str
+) -> None:
+    for mod in list(sys.modules):
+        if mod in (blocked, module) or mod.startswith(blocked + "."):
+            monkeypatch.delitem(sys.modules, mod)
+    monkeypatch.setitem(sys.modules, blocked, None)  # "not installed"
+    with pytest.raises(MissingExtraError) as info:
+        importlib.import_module(module)
+    assert f"{name} requires the {extra!r} extra" in str(info.value)
+    assert f"pip install 'mnemoscope[{extra}]'" in str(info.value)
+    import mnemoscope.memory
+
+    with pytest.raises(ImportError, match=rf"mnemoscope\[{extra}\]"):
+        getattr(mnemoscope.memory, name)
+
+
+def test_missing_sql_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mnemoscope.memory import AsyncSQLAlchemyMemory
+
+    monkeypatch.setitem(sys.modules, "asyncpg", None)
+    with pytest.raises(MissingExtraError, match=r"pip install 'mnemoscope\[sql\]'"):
+        AsyncSQLAlchemyMemory("postgresql+asyncpg://nobody@127.0.0.1:1/none")
