@@ -277,8 +277,8 @@ def main() -> None:
     print()
     print(
         "mnemoscope: defaults (InMemoryMemory, no token budget, default permission mode), "
-        "ScriptedChatModel (which also deep-copies every model input to record it: counted "
-        "against mnemoscope); parallel tool calls run one after another."
+        "ScriptedChatModel (records every model input); parallel tool calls run one after "
+        "another."
     )
     if side:
         print(f"AgentScope {side['agentscope_version']} (Python {side['python']}):")

@@ -200,7 +200,8 @@ class PermissionContext(BaseModel):
                     "can be used.",
                     "special_file",
                 )
-        roots = self.roots()
+        # resolving the roots touches the file system: only do it for calls with paths
+        roots = self.roots() if resolved else []
         granted = [r for r in self.allow_rules if r.path and r.behavior != "deny"]
         for raw, p, _, access in resolved:
             if any(is_within(p, root) for root in roots):
