@@ -138,7 +138,7 @@ async def bench_mnemoscope(root: Path, repeat: int) -> dict[str, float]:
         t = time.perf_counter()
         scan = await mw.store.scan()
         ranker = mw.store.ranker(scan)
-        render_manifest(mw._candidates(QUERY, scan.valid, ranker))
+        render_manifest(mw._candidates(QUERY, scan, ranker))
         cold_manifest.append(time.perf_counter() - t)
     # warm: the same middleware, nothing changed on disk since the last reply
     mw, agent = fresh()
@@ -151,7 +151,7 @@ async def bench_mnemoscope(root: Path, repeat: int) -> dict[str, float]:
         t = time.perf_counter()
         scan = await mw.store.scan()
         ranker = mw.store.ranker(scan)
-        render_manifest(mw._candidates(QUERY, scan.valid, ranker))
+        render_manifest(mw._candidates(QUERY, scan, ranker))
         warm_manifest.append(time.perf_counter() - t)
         mw.store._ranker = None  # force a rebuild (terms stay cached) to time it
         t = time.perf_counter()

@@ -16,9 +16,12 @@ of ``--n`` messages:
 * ``get by mark``     ``get(marks="hint")``, 10% of the messages carry the mark (calls/s);
 * ``delete half``     one ``delete`` of ``n/2`` ids (msg/s).
 
-Single adds and reads are time-boxed (``--budget`` seconds each), so slow backends report a
-rate over fewer calls. The AgentScope side runs in a subprocess with the Python of a side
-virtualenv (``--agentscope-python``, env ``MNEMOSCOPE_AS1_PYTHON``, default
+PostgreSQL tables are ``ANALYZE``-d after the bulk load, on both sides: autovacuum would do
+the same within a minute, and without statistics the planner picks poor plans for
+freshly filled tables (for both libraries). Single adds and reads are time-boxed
+(``--budget`` seconds each), so slow backends report a rate over fewer calls. The
+AgentScope side runs in a subprocess with the Python of a side virtualenv
+(``--agentscope-python``, env ``MNEMOSCOPE_AS1_PYTHON``, default
 ``/work/side/as1/bin/python``). Create it with::
 
     python -m venv /work/side/as1
@@ -61,6 +64,17 @@ class Side:
     async def delete(self, mem: Any, ids: list[str]) -> None: ...
     async def size(self, mem: Any) -> int: ...
     async def finish(self, mem: Any) -> None: ...
+
+    _engines: dict[str, Any]
+
+    async def analyze(self, backend: str) -> None:
+        """PostgreSQL: refresh planner statistics after the bulk load (steady state)."""
+        if backend == "postgres":
+            from sqlalchemy import text
+
+            async with self._engines[backend].connect() as conn:
+                await conn.execute(text("ANALYZE"))
+                await conn.commit()
 
 
 class Mnemoscope(Side):
@@ -197,6 +211,7 @@ async def measure(side: Side, backend: str, args: argparse.Namespace) -> dict[st
     for b, i in enumerate(range(0, n, batch)):
         await side.add(mem, msgs[i : i + batch], "hint" if b % 10 == 0 else None)
     res["add batch"] = n / (time.perf_counter() - start)
+    await side.analyze(backend)
 
     # single adds once the session holds n messages (then removed again)
     extra = [side.new_msg(n + i) for i in range(singles)]
@@ -230,7 +245,7 @@ async def run_side(side_name: str, args: argparse.Namespace) -> dict[str, Any]:
             out[backend] = await measure(side, backend, args)
         except Exception as exc:  # a down server must not hide the other results
             out[backend] = {"failed": f"{type(exc).__name__}: {exc}"[:200]}
-    for engine in side._engines.values():  # type: ignore[attr-defined]
+    for engine in side._engines.values():
         await engine.dispose()
     return out
 

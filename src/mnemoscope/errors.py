@@ -7,6 +7,11 @@ The tree::
     │   └── MissingExtraError     an optional dependency is not installed (also an ImportError)
     ├── ValidationError           malformed input data (JSON, tool input, frontmatter)
     ├── PermissionDeniedError     a tool call was denied by the permission engine
+    ├── WorkspaceError            a workspace/backend file operation failed (workspace module)
+    │   ├── PathDeniedError       the path is outside the allowed roots (also PermissionDenied)
+    │   ├── WorkspaceFileNotFoundError
+    │   ├── FileChangedError      the file changed since it was read (read it again)
+    │   └── EditMatchError        Edit's old_string matched zero or several times
     ├── MemoryStoreError          a memory backend failed; the stored data is intact
     │   └── CorruptRecordError    a stored record could not be decoded (carries its id)
     └── AgentRunError             an error while an agent runs

@@ -426,3 +426,16 @@ async def test_closed_store_refuses_work_and_close_is_idempotent() -> None:
     await store.aclose()
     with pytest.raises(MemoryStoreError, match="closed"):
         await store.list(user_id="u")
+
+
+async def test_infer_also_shows_the_newest_memories_when_no_word_is_shared() -> None:
+    model = ScriptedChatModel([_supersede_paris])
+    async with LocalLongTermMemory(":memory:", chat_model=model, infer_related=3) as store:
+        for text in ("Alice likes jazz.", "Alice lives in Paris.", "Alice owns a cat."):
+            await store.record(text, user_id="alice")
+        await store.record("Bob lives in Paris.", user_id="bob")
+        # lexical-only, and no word in common with "Alice lives in Paris."
+        result = await store.record("I moved to Berlin!", user_id="alice", infer=True)
+        assert [e.event for e in result.events] == ["update", "add"]
+        prompt = model.calls[0].text()
+        assert prompt.count("- m") == 3 and "Bob" not in prompt

@@ -47,6 +47,9 @@ def _consistent(path: Path) -> tuple[int, int, int]:
         orphans = conn.execute(
             "SELECT count(*) FROM ltm_fts WHERE rowid NOT IN (SELECT rid FROM ltm_memories)"
         ).fetchone()[0]
+        orphans += conn.execute(
+            "SELECT count(*) FROM ltm_vectors WHERE rid NOT IN (SELECT rid FROM ltm_memories)"
+        ).fetchone()[0]
         history = conn.execute("SELECT count(*) FROM ltm_history").fetchone()[0]
     assert orphans == 0
     return memories, fts, history

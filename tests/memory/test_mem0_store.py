@@ -343,3 +343,24 @@ async def test_minilm_embeddings_find_the_semantic_match(path: str, stores: list
     )
     assert items[0].content == "Alice drinks a cup of green tea every morning."
     assert store.client.config.vector_store.config.embedding_model_dims == 384
+
+
+async def test_concurrent_writes_on_one_local_path_are_all_stored(
+    path: str, stores: list[Any]
+) -> None:
+    """Local Qdrant does not lock its SQLite file; without serialising the shared client,
+    concurrent adds failed ("cannot start a transaction within a transaction") and were lost."""
+    a = build(
+        stores, chat_model=ScriptedChatModel([]), embedding_model=HashEmbeddingModel(64), path=path
+    )
+    b = build(
+        stores, chat_model=ScriptedChatModel([]), embedding_model=HashEmbeddingModel(64), path=path
+    )
+    writes = [
+        (a if i % 2 else b).record(f"fact {i} about topic {i % 7}", user_id="alice", infer=False)
+        for i in range(40)
+    ]
+    results = await asyncio.gather(*writes, return_exceptions=True)
+    assert [r for r in results if isinstance(r, BaseException)] == []
+    everything = await a.client.get_all(filters={"user_id": "alice"}, top_k=1000)
+    assert len(everything["results"]) == 40

@@ -10,10 +10,12 @@ import pytest
 
 from mnemoscope.agent import Agent
 from mnemoscope.errors import ModelCallError, UserError
+from mnemoscope.message import UserMsg
 from mnemoscope.middleware import (
     AgenticMemoryMiddleware,
     HintInjectedEvent,
     MemoryEvent,
+    ReplyContext,
     ToolResultEvent,
 )
 from mnemoscope.middleware._agentic_files import render_memory_file
@@ -122,8 +124,8 @@ async def test_seed_flow_first_agent_saves_second_agent_recalls(tmp_path: Path) 
                 new_string="- [User profile](user_profile.md) — where the user lives\n"
                 "- [Answer style](feedback_answer_style.md) — language and length of answers",
             ),
-            "好的，我记住了。",  # noqa: RUF001
-            "你住在杭州，喜欢简洁的中文回答。",  # noqa: RUF001
+            "好的，我记住了。",
+            "你住在杭州，喜欢简洁的中文回答。",
         ],
         structured={SELECTION: [select("user_profile.md", "feedback_answer_style.md")]},
     )
@@ -177,7 +179,7 @@ async def test_seed_flow_first_agent_saves_second_agent_recalls(tmp_path: Path) 
     # ... and the retrieved files came in as a hint, in a reply of a single model call
     (hint,) = hints_of(last)
     assert "The user lives in Hangzhou." in hint and "Answer in concise Chinese." in hint
-    assert answer.get_text_content() == "你住在杭州，喜欢简洁的中文回答。"  # noqa: RUF001
+    assert answer.get_text_content() == "你住在杭州，喜欢简洁的中文回答。"
 
 
 async def test_second_agent_needs_no_permission_setup_to_read(tmp_path: Path) -> None:
@@ -521,6 +523,67 @@ async def test_invalid_frontmatter_is_reported_to_the_model(tmp_path: Path) -> N
     assert write.state == "success"
     assert "sloppy.md has invalid memory frontmatter" in write.output_text()
     assert "add a line for sloppy.md" in write.output_text()
+
+
+async def test_invalid_file_written_between_replies_is_reported_by_a_later_reply(
+    tmp_path: Path,
+) -> None:
+    memdir = seed_memories(tmp_path)
+    model = ScriptedChatModel(["ok"] * 3, structured={SELECTION: [select()] * 3})
+    mw = AgenticMemoryMiddleware(workdir=str(tmp_path))
+    agent = make_agent(model, mw)
+    await agent.reply("hi")
+    (memdir / "late.md").write_text("written by another program, no frontmatter")
+    # this reply's prompt may come from the previous scan; its own scan runs meanwhile
+    await agent.reply("hi again")
+    await mw.store.settle()
+    await agent.reply("and again")
+    prompts = [c.system_prompt for c in main_calls(model)]
+    assert "late.md" not in prompts[0]
+    assert "- late.md: no frontmatter" in prompts[2]
+
+
+async def test_prompt_catches_up_with_the_replys_own_scan_before_the_next_step(
+    tmp_path: Path,
+) -> None:
+    memdir = seed_memories(tmp_path)
+    mw = AgenticMemoryMiddleware(workdir=str(tmp_path))
+    agent = make_agent(ScriptedChatModel(["ok"], structured={SELECTION: [select()]}), mw)
+    await agent.reply("hi")
+    await mw.store.settle()
+    (memdir / "late.md").write_text("no frontmatter")
+    # a reply whose own scan finishes only after its prompt was built (held by a gate)
+    ctx = ReplyContext(agent=agent, input=UserMsg("user", "hi"))
+    gate = asyncio.Event()
+
+    async def gated_scan() -> Any:
+        await gate.wait()
+        return await mw.store.scan()
+
+    ctx.state_for(mw)["scan"] = scan = asyncio.create_task(gated_scan())
+    prompt = await mw.on_system_prompt(ctx, "base")
+    assert "late.md" not in prompt  # built at once from the previous reply's scan
+    assert not await mw.system_prompt_changed(ctx)
+    gate.set()
+    await scan
+    assert await mw.system_prompt_changed(ctx)  # rebuilt before the next step...
+    assert "- late.md: no frontmatter" in await mw.on_system_prompt(ctx, "base")
+    assert not await mw.system_prompt_changed(ctx)  # ...once
+
+
+async def test_prompt_needs_no_new_scan_when_nothing_changed(tmp_path: Path) -> None:
+    seed_memories(tmp_path, {"broken.md": "no frontmatter"})
+    mw = AgenticMemoryMiddleware(workdir=str(tmp_path), retrieval=False)
+    model = ScriptedChatModel(["ok", "ok"])
+    agent = make_agent(model, mw)
+    await agent.reply("hi")
+    await mw.store.settle()
+    scan = mw.store.last_scan
+    await agent.reply("hi")
+    await mw.store.settle()
+    assert mw.store.last_scan is scan  # unchanged directory: the same scan result
+    first, second = (c.system_prompt for c in model.calls)
+    assert first == second and "- broken.md: no frontmatter" in second
 
 
 # -------------------------------------------------------------------- construction

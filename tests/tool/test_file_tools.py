@@ -6,8 +6,19 @@ from pathlib import Path
 
 import pytest
 
+from mnemoscope.errors import UserError
 from mnemoscope.permission import PermissionContext, PermissionMode
-from mnemoscope.tool import Edit, Glob, Grep, PathAccess, Read, ToolContext, Write
+from mnemoscope.tool import (
+    Edit,
+    Glob,
+    Grep,
+    PathAccess,
+    Read,
+    ToolContext,
+    Write,
+    read_version,
+    record_read,
+)
 from mnemoscope.workspace import LocalBackend, LocalWorkspace
 
 
@@ -103,6 +114,56 @@ async def test_edit_flow_and_errors(file_backend, ctx):
     assert r.is_error and "does not exist" in r.output
     r = await call(edit, ctx, file_path=str(work / "created.md"), old_string="", new_string="hi")
     assert not r.is_error and (work / "created.md").read_text() == "hi"
+
+
+async def test_read_under_one_path_allows_write_under_another(file_backend, ctx):
+    work = Path(file_backend.cwd)
+    (work / "real.md").write_text("one\n")
+    (work / "alias.md").symlink_to(work / "real.md")
+    read, write, edit = Read(backend=file_backend), Write(backend=file_backend), Edit(file_backend)
+    await call(read, ctx, file_path=str(work / "real.md"))
+    r = await call(write, ctx, file_path=str(work / "alias.md"), content="two\n")
+    assert not r.is_error, r.output
+    assert (work / "real.md").read_text() == "two\n" and (work / "alias.md").is_symlink()
+    # and the other way round: read through the link, edit the real path
+    await call(read, ctx, file_path=str(work / "alias.md"))
+    r = await call(edit, ctx, file_path=str(work / "real.md"), old_string="two", new_string="3")
+    assert not r.is_error, r.output
+    (work / "real.md").write_text("someone else\n")
+    r = await call(write, ctx, file_path=str(work / "alias.md"), content="four\n")
+    assert r.is_error and "changed since you last read it" in r.output
+    assert (work / "real.md").read_text() == "someone else\n"
+
+
+async def test_write_onto_a_directory_is_refused(file_backend, ctx):
+    (Path(file_backend.cwd) / "d").mkdir()
+    r = await call(Write(backend=file_backend), ctx, file_path=file_backend.cwd + "/d", content="x")
+    assert r.is_error and "directory" in r.output
+
+
+async def test_record_read_lets_write_replace_what_was_shown(file_backend, ctx):
+    work = Path(file_backend.cwd)
+    p = work / "shown.md"
+    p.write_text("shown elsewhere\n")
+    write = Write(backend=file_backend)
+    assert read_version(ctx.state, file_backend, str(p)) is None
+    r = await call(write, ctx, file_path=str(p), content="x\n")
+    assert r.is_error and "has not been read" in r.output
+    content = await file_backend.read_file(str(p))
+    record_read(ctx.state, file_backend, content.stat.path, content.stat.version)
+    assert read_version(ctx.state, file_backend, content.stat.path) == content.stat.version
+    # records are per file namespace: another backend's tools do not see this one
+    other = LocalBackend(cwd=file_backend.cwd)
+    if other.key != file_backend.key:
+        assert read_version(ctx.state, other, content.stat.path) is None
+    r = await call(write, ctx, file_path=str(p), content="replaced\n")
+    assert not r.is_error and p.read_text() == "replaced\n"
+    # the recorded version follows the write; a weak token cannot be recorded
+    now = (await file_backend.stat(str(p))).version
+    assert read_version(ctx.state, file_backend, str(p)) == now
+    weak = (await file_backend.stat(str(p), hash=False)).version
+    with pytest.raises(UserError, match="weak token"):
+        record_read(ctx.state, file_backend, str(p), weak)
 
 
 async def test_write_keeps_crlf_of_existing_file(file_backend, ctx):

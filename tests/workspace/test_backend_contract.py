@@ -193,3 +193,33 @@ async def test_exec_output_exit_code_and_timeout(case):
     assert (r.exit_code, r.stdout, r.stderr.strip(), r.timed_out) == (3, "out\n", "err", False)
     r = await b.exec("sleep 30", timeout=0.5)
     assert r.timed_out
+
+
+async def test_weak_stat_and_list_report_changes_without_reading(case):
+    b, w = case.backend, case.workdir
+    path = f"{w}/weak/n.md"
+    assert (await b.stat(path, hash=False)).version == ABSENT
+    res = await b.write_text(path, "one\n")
+    weak = await b.stat(path, hash=False)
+    assert weak.exists and weak.size == 4 and weak.mtime_ns == res.stat.mtime_ns
+    assert weak.version == weak.weak_version != res.stat.version
+    (entry,) = await b.list(f"{w}/weak")
+    assert (entry.name, entry.size, entry.mtime_ns) == ("n.md", 4, res.stat.mtime_ns)
+    assert entry.weak_version == weak.version
+    # same size, same content: still a new version (every write replaces the file)
+    await b.write_text(path, "one\n")
+    assert (await b.stat(path, hash=False)).version != weak.version
+    assert (await b.list(f"{w}/weak"))[0].weak_version != entry.weak_version
+
+
+async def test_weak_version_is_refused_as_expected_version(case):
+    b, w = case.backend, case.workdir
+    path = f"{w}/cas.md"
+    await b.write_text(path, "one\n")
+    weak = (await b.stat(path, hash=False)).version
+    with pytest.raises(PathDeniedError, match="weak token"):
+        await b.write_text(path, "two\n", expected_version=weak)
+    assert await b.read_text(path) == "one\n"
+    exact = (await b.stat(path)).version
+    await b.write_text(path, "two\n", expected_version=exact)
+    assert await b.read_text(path) == "two\n"

@@ -127,7 +127,7 @@ def _open(db: str, embedding: str | None = None) -> Any:
     if embedding == "local":
         from mnemoscope import embedding as emb
 
-        model = emb.LocalEmbeddingModel()  # type: ignore[attr-defined]
+        model = emb.LocalEmbeddingModel()
     return LocalLongTermMemory(db, embedding_model=model)
 
 

@@ -376,6 +376,21 @@ class LocalLongTermMemory(LocalLTMManagement, LongTermMemoryBase):
             related = await self.retrieve(
                 query, user_id=user_id, agent_id=agent_id, run_id=run_id, limit=self.infer_related
             )
+            # a correction often shares no word with what it corrects ("I moved to Berlin"
+            # vs "lives in Paris"): fill the rest with the newest memories of the scope
+            missing = self.infer_related - len(related)
+            if missing > 0:
+                seen = {item.id for item in related}
+                where, params = scope_clause(user_id, agent_id, run_id)
+                sql = (
+                    f"SELECT {COLUMNS} FROM ltm_memories m WHERE {where} "
+                    "AND m.status = 'active' AND (m.expires_at IS NULL OR m.expires_at > ?) "
+                    "ORDER BY m.rid DESC LIMIT ?"
+                )
+                args = [*params, time.time(), self.infer_related]
+                rows = await self._run(lambda conn: conn.execute(sql, args).fetchall())
+                recent = [row_to_item(r) for r in rows if r[1] not in seen]
+                related = [*related, *recent[:missing]]
         messages, aliases = build_infer_messages(
             [(p.speaker, p.text, p.occurred_at) for p in pending], related
         )
@@ -535,8 +550,8 @@ class LocalLongTermMemory(LocalLTMManagement, LongTermMemoryBase):
         blob = vec.to_blob(p.vector) if p.vector is not None else None
         cur = conn.execute(
             "INSERT INTO ltm_memories (id, user_id, agent_id, run_id, content, context, "
-            "speaker, hash, metadata, occurred_at, created_at, updated_at, expires_at, "
-            "embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "speaker, hash, metadata, occurred_at, created_at, updated_at, expires_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 mem_id,
                 user_id,
@@ -551,9 +566,12 @@ class LocalLongTermMemory(LocalLTMManagement, LongTermMemoryBase):
                 now_iso,
                 now_iso,
                 expires,
-                blob,
             ),
         )
+        if blob is not None:
+            conn.execute(
+                "INSERT INTO ltm_vectors (rid, embedding) VALUES (?, ?)", (cur.lastrowid, blob)
+            )
         conn.execute(
             "INSERT INTO ltm_fts (rowid, content, context, speaker, time) VALUES (?, ?, ?, ?, ?)",
             (cur.lastrowid, p.text, p.context, p.speaker, date_text(p.occurred_at)),
@@ -717,7 +735,7 @@ class LocalLongTermMemory(LocalLTMManagement, LongTermMemoryBase):
         where, params = scope_clause(user_id, agent_id, run_id)
         status = "" if include_superseded else "AND m.status = 'active' "
         rows = conn.execute(
-            "SELECT m.rid FROM ltm_fts JOIN ltm_memories m ON m.rid = ltm_fts.rowid "
+            "SELECT m.rid FROM ltm_fts CROSS JOIN ltm_memories m ON m.rid = ltm_fts.rowid "
             f"WHERE ltm_fts MATCH ? AND {where} {status}"
             "AND (m.expires_at IS NULL OR m.expires_at > ?) "
             f"ORDER BY bm25(ltm_fts, 1.0, {float(self.context_weight)}, 1.0, 1.0) LIMIT ?",

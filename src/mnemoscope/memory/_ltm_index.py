@@ -95,8 +95,9 @@ class UserMatrix:
 def load_user_matrix(conn: sqlite3.Connection, user_id: str, dimensions: int) -> UserMatrix:
     np = numpy()
     rows = conn.execute(
-        "SELECT rid, agent_id, run_id, status, expires_at, embedding FROM ltm_memories "
-        "WHERE user_id = ? AND embedding IS NOT NULL AND length(embedding) = ?",
+        "SELECT m.rid, m.agent_id, m.run_id, m.status, m.expires_at, v.embedding "
+        "FROM ltm_memories m JOIN ltm_vectors v ON v.rid = m.rid "
+        "WHERE m.user_id = ? AND length(v.embedding) = ?",
         (user_id, 4 * dimensions),
     ).fetchall()
     n = len(rows)

@@ -127,17 +127,16 @@ class LocalLTMManagement:
                 now = utcnow().isoformat()
                 meta = json.dumps(metadata, default=str) if metadata is not None else old_meta
                 conn.execute(
-                    "UPDATE ltm_memories SET content = ?, hash = ?, metadata = ?, updated_at = ?, "
-                    "embedding = ? WHERE rid = ?",
-                    (
-                        text,
-                        content_hash(text),
-                        meta,
-                        now,
-                        vec.to_blob(vector) if vector is not None else None,
-                        rid,
-                    ),
+                    "UPDATE ltm_memories SET content = ?, hash = ?, metadata = ?, updated_at = ? "
+                    "WHERE rid = ?",
+                    (text, content_hash(text), meta, now, rid),
                 )
+                conn.execute("DELETE FROM ltm_vectors WHERE rid = ?", (rid,))
+                if vector is not None:
+                    conn.execute(
+                        "INSERT INTO ltm_vectors (rid, embedding) VALUES (?, ?)",
+                        (rid, vec.to_blob(vector)),
+                    )
                 conn.execute("DELETE FROM ltm_fts WHERE rowid = ?", (rid,))
                 conn.execute(
                     "INSERT INTO ltm_fts (rowid, content, context, speaker, time) "
@@ -239,8 +238,8 @@ class LocalLTMManagement:
             def write(conn: sqlite3.Connection, chunk: Any = chunk, vectors: Any = vectors) -> None:
                 with transaction(conn):
                     conn.executemany(
-                        "UPDATE ltm_memories SET embedding = ? WHERE rid = ?",
-                        [(vec.to_blob(v), r[0]) for r, v in zip(chunk, vectors, strict=True)],
+                        "INSERT OR REPLACE INTO ltm_vectors (rid, embedding) VALUES (?, ?)",
+                        [(r[0], vec.to_blob(v)) for r, v in zip(chunk, vectors, strict=True)],
                     )
 
             await self._run(write)

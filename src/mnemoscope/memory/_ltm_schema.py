@@ -5,8 +5,10 @@ Tables (one file, names are stable and documented so the file can be inspected w
 
 ``ltm_memories``
     one row per memory, active or superseded: scope, content, indexing context, hash,
-    metadata (JSON), times (ISO-8601 UTC; ``expires_at`` as POSIX seconds) and the
-    embedding as a little-endian float32 blob.
+    metadata (JSON), times (ISO-8601 UTC; ``expires_at`` as POSIX seconds).
+``ltm_vectors``
+    the embedding of a memory (same ``rid``) as a little-endian float32 blob; kept apart
+    so that the rows a BM25 search joins stay small.
 ``ltm_fts``
     FTS5 index (``porter unicode61``) with one row per ``ltm_memories`` row, same rowid:
     columns ``content``, ``context`` (neighbouring turns), ``speaker``, ``time``.
@@ -50,9 +52,9 @@ CREATE TABLE IF NOT EXISTS ltm_memories (
     occurred_at TEXT,
     created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL,
-    expires_at REAL,
-    embedding BLOB
+    expires_at REAL
 );
+CREATE TABLE IF NOT EXISTS ltm_vectors (rid INTEGER PRIMARY KEY, embedding BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS ltm_memories_scope ON ltm_memories (user_id, agent_id, run_id, status);
 CREATE INDEX IF NOT EXISTS ltm_memories_hash ON ltm_memories (user_id, hash);
 CREATE INDEX IF NOT EXISTS ltm_memories_expiry ON ltm_memories (expires_at)
@@ -208,6 +210,7 @@ def remove_rows(conn: sqlite3.Connection, rids: Sequence[int]) -> None:
         chunk = list(rids[start : start + 500])
         marks = ",".join("?" * len(chunk))
         conn.execute(f"DELETE FROM ltm_fts WHERE rowid IN ({marks})", chunk)
+        conn.execute(f"DELETE FROM ltm_vectors WHERE rid IN ({marks})", chunk)
         conn.execute(f"DELETE FROM ltm_memories WHERE rid IN ({marks})", chunk)
 
 

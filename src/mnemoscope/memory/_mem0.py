@@ -44,6 +44,7 @@ store under ``~/.mem0``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -87,14 +88,49 @@ def import_mem0() -> Any:
 
 
 # ---------------------------------------------------------------- qdrant registry
+class SerializedQdrantClient:
+    """A local ``QdrantClient`` that runs one call at a time.
+
+    Local mode persists to SQLite without any locking, and mem0 calls the client from
+    worker threads: concurrent adds (``add_memory`` with several sentences, two middlewares
+    on one path) failed with "cannot start a transaction within a transaction" and lost
+    writes. Every call goes through one lock per directory.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._lock = threading.RLock()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        @functools.wraps(attr)
+        def locked(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return attr(*args, **kwargs)
+
+        return locked
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> SerializedQdrantClient:
+        return self  # mem0 deep-copies configs; a client is shared, never copied
+
+    def __copy__(self) -> SerializedQdrantClient:
+        return self
+
+    def __repr__(self) -> str:
+        return f"SerializedQdrantClient({self._client!r})"
+
+
 class _QdrantRegistry:
     """One ``QdrantClient`` per local directory per process, reference-counted."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._clients: dict[str, tuple[Any, int]] = {}
+        self._clients: dict[str, tuple[SerializedQdrantClient, int]] = {}
 
-    def acquire(self, path: str) -> tuple[str, Any]:
+    def acquire(self, path: str) -> tuple[str, SerializedQdrantClient]:
         key = os.path.realpath(os.path.expanduser(path))
         with self._lock:
             if key in self._clients:
@@ -104,7 +140,7 @@ class _QdrantRegistry:
             from qdrant_client import QdrantClient
 
             try:
-                client = QdrantClient(path=key)
+                raw = QdrantClient(path=key)
             except RuntimeError as exc:  # locked by another process (or a foreign client)
                 raise UserError(
                     f"the local Qdrant directory {key!r} is in use by another Qdrant client "
@@ -112,6 +148,7 @@ class _QdrantRegistry:
                     "Mem0Middleware/store, pass the same mem0 client as client=, use another "
                     "path, or run a Qdrant server (mem0_config.vector_store.config host/url)."
                 ) from exc
+            client = SerializedQdrantClient(raw)
             self._clients[key] = (client, 1)
             return key, client
 
@@ -277,6 +314,8 @@ class Mem0LongTermMemory(LongTermMemoryBase):
                 # have no effect in local mode (harmless, and mem0 ignores the outcome)
                 warnings.filterwarnings("ignore", "Payload indexes have no effect", UserWarning)
                 memory = mem0.AsyncMemory(config)
+            if qdrant_key is not None:
+                memory.vector_store.is_local = True  # our shared client is a local one
         except BaseException as exc:
             _cleanup(None, BRIDGE if bridged else None, qdrant_key)
             if isinstance(exc, MemoryStoreError | UserError) or not isinstance(exc, Exception):

@@ -591,6 +591,7 @@ class RedisMemory(MemoryBase):
         entries = []
         for i in range(0, len(flat), 3):
             msg = self._decode(flat[i], flat[i + 1], "raise")
+            assert msg is not None  # on_corrupt="raise" never returns None
             marks = json.loads(flat[i + 2])
             entries.append(StoredMsg(msg=msg, marks=sorted(marks) if marks else []))
         return MemoryState(user_id=self.user_id, session_id=self.session_id, messages=entries)

@@ -91,7 +91,7 @@ _SEQ = sa.BigInteger()
 def make_tables(table_prefix: str) -> tuple[sa.Table, sa.Table, sa.Table]:
     """The ``(sessions, messages, marks)`` tables for a prefix, on a fresh ``MetaData``."""
     md = sa.MetaData()
-    opts = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4"}
+    opts: dict[str, Any] = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4"}
     sa.Table(
         f"{table_prefix}_sessions",
         md,
@@ -129,11 +129,9 @@ def make_tables(table_prefix: str) -> tuple[sa.Table, sa.Table, sa.Table]:
 
 
 def _dialect_insert(dialect: str, table: sa.Table) -> Any:
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    return insert(table)
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    return (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
 
 
 def _chunks(items: Sequence[_T], size: int = _CHUNK) -> Iterator[Sequence[_T]]:
@@ -360,16 +358,15 @@ class AsyncSQLAlchemyMemory(MemoryBase):
     async def _allocate(self, conn: AsyncConnection, count: int) -> int:
         """Reserve ``count`` positions; returns the first. Locks the session's counter row."""
         c = self.sessions
-        bump = sa.update(c).where(self._where(c)).values(last_seq=c.c.last_seq + count)
+        bump = sa.update(c).where(self._where(c))
         if self._dialect in ("postgresql", "sqlite"):
-            last = (await conn.execute(bump.returning(c.c.last_seq))).scalar_one_or_none()
-        else:
-            bumped = await conn.execute(bump)
-            last = None
-            if bumped.rowcount:
-                last = (
-                    await conn.execute(sa.select(c.c.last_seq).where(self._where(c)))
-                ).scalar_one()
+            bump = bump.values(last_seq=c.c.last_seq + count).returning(c.c.last_seq)
+            last = (await conn.execute(bump)).scalar_one_or_none()
+        else:  # MySQL/MariaDB: the new value comes back in the OK packet as the insert id
+            bumped = await conn.execute(
+                bump.values(last_seq=sa.func.last_insert_id(c.c.last_seq + count))
+            )
+            last = bumped.lastrowid if bumped.rowcount else None
         if last is None:  # first write of the session; a racing creator -> IntegrityError, retry
             await conn.execute(
                 sa.insert(c).values(
@@ -607,8 +604,8 @@ class AsyncSQLAlchemyMemory(MemoryBase):
                 ),
             )
         if skip:
-            sub = sa.select(k.c.seq).where(self._where(k), k.c.mark.in_(skip))
-            stmt = stmt.where(t.c.seq.not_in(sub))
+            unwanted = sa.select(k.c.seq).where(self._where(k), k.c.mark.in_(skip))
+            stmt = stmt.where(t.c.seq.not_in(unwanted))
         return stmt
 
     def _decode(self, msg_id: str, data: Any, on_corrupt: OnCorrupt) -> Msg | None:

@@ -28,6 +28,17 @@ with ``selection="local"``); before each reasoning step the finished result is i
 as a :class:`~mnemoscope.message.HintBlock` holding those files. The first step waits up
 to ``retrieval_wait`` seconds for it, so a reply answered in one model call still gets
 the memories when retrieval is fast; later steps take it only if it is done.
+
+The system prompt costs a stat of ``MEMORY.md`` per reply when nothing changed: the index
+is read again only when it changes, and the rendered section is cached. Files with invalid
+frontmatter are listed from the latest directory scan that has *completed*: every reply
+starts a scan in the background (only changed files are parsed again); the prompt uses
+this reply's scan if it is already done, else the previous one, and waits only when no
+scan has ever completed (the first reply of a middleware). If this reply's scan then
+finishes with a different list of invalid files, the prompt is rebuilt before the next
+reasoning step (as when ``MEMORY.md`` changes). So a bad file written by someone else is
+listed at the latest from the second reasoning step of the next reply; the agent's own
+bad writes are flagged at once in the Write/Edit result.
 """
 
 from __future__ import annotations
@@ -45,6 +56,7 @@ from mnemoscope.message import HintBlock, Msg, SystemMsg, UserMsg
 from mnemoscope.middleware._agentic_files import (
     INDEX_FILENAME,
     MEMORY_DIRNAME,
+    IndexView,
     MemoryFile,
     bound_index,
     parse_index,
@@ -68,6 +80,7 @@ from mnemoscope.middleware._base import (
 from mnemoscope.middleware._context import ActingContext, ReasoningContext, ReplyContext
 from mnemoscope.middleware._events import AgentEvent, MemoryEvent
 from mnemoscope.model._tokens import count_tokens
+from mnemoscope.tool import record_read
 
 if TYPE_CHECKING:
     from mnemoscope.agent import Agent
@@ -178,6 +191,8 @@ class AgenticMemoryMiddleware(MiddlewareBase):
         self.hint_max_tokens_per_file = hint_max_tokens_per_file
         self.instructions = instructions or DEFAULT_MEMORY_INSTRUCTIONS
         self.retrieval_instructions = retrieval_instructions or DEFAULT_RETRIEVAL_INSTRUCTIONS
+        # the last rendered index section and what it was rendered from (disk state only)
+        self._section_cache: tuple[tuple[Any, ...], IndexView, str] | None = None
 
     @property
     def workdir(self) -> str:
@@ -216,7 +231,8 @@ class AgenticMemoryMiddleware(MiddlewareBase):
             await self.store.ensure_layout()
         except (MnemoscopeError, OSError) as exc:
             self._report(ctx, f"cannot create {self.index_path}: {exc}")
-        st["scan"] = ctx.spawn(self.store.scan(), name=f"agentic-memory-scan-{ctx.reply_id}")
+        # owned by the store (a cache of the disk), so it completes even if the reply ends
+        st["scan"] = self.store.refresh()
         query = ctx.input.get_text_content().strip()
         if self.retrieval and query:
             st["retrieval"] = ctx.spawn(
@@ -272,44 +288,74 @@ class AgenticMemoryMiddleware(MiddlewareBase):
     # --------------------------------------------------------- system prompt
     async def on_system_prompt(self, ctx: ReplyContext, prompt: str) -> str:
         st = ctx.state_for(self)
-        index = await self.store.read_index()
+        index = await self.store.read_index_cached()
         st["index_version"] = index.cheap_version
-        scan_task = st.get("scan")
-        invalid: list[MemoryFile] = []
-        try:
-            if scan_task is not None and not st.get("rebuilt"):
-                scan = await asyncio.shield(scan_task)
-            else:
-                scan = await self.store.scan()
-            invalid = scan.invalid
-        except (MnemoscopeError, OSError) as exc:
-            self._report(ctx, f"cannot scan {self.memory_dir}: {exc}")
-        st["rebuilt"] = True
-        view = bound_index(
-            index.text,
-            max_lines=self.index_max_lines,
-            max_tokens=self.index_max_tokens,
-            count_tokens=_token_counter(ctx.agent),
-        )
+        scan = await self._scan_for_prompt(ctx, st)
+        invalid = scan.invalid if scan is not None else []
+        st["invalid_signature"] = scan.invalid_signature if scan is not None else ()
+        counter = _token_counter(ctx.agent)
+        key = (index.cheap_version, index.version, st["invalid_signature"])
+        cached = self._section_cache
+        if cached is not None and cached[0] == (*key, counter):
+            view, section = cached[1], cached[2]
+        else:
+            view = bound_index(
+                index.text,
+                max_lines=self.index_max_lines,
+                max_tokens=self.index_max_tokens,
+                count_tokens=counter,
+            )
+            section = render_index_section(view, index_path=self.index_path, invalid=invalid)
+            # the counter is kept (a strong reference): another model is another key
+            self._section_cache = ((*key, counter), view, section)
         if not view.truncated:
             # The model sees the whole index in its prompt: count that as having read it,
             # so the documented "Edit MEMORY.md" step works without a prior Read (the
             # tools still refuse the edit if the index changes on disk in between).
-            _record_read(ctx.agent, self.store.backend_key, index.real_path, index.version)
+            record_read(
+                ctx.agent.state.tool_state,
+                self.store.resolved_backend,
+                index.real_path,
+                index.version,
+            )
         memory = self.instructions.replace("{memory_dir}", self.memory_dir).replace(
             "{index_path}", self.index_path
         )
-        section = render_index_section(view, index_path=self.index_path, invalid=invalid)
         return (
             f"{prompt.rstrip()}\n\n{memory.rstrip()}\n\n{section}"
             if prompt.strip()
             else f"{memory.rstrip()}\n\n{section}"
         )
 
+    async def _scan_for_prompt(self, ctx: ReplyContext, st: dict[str, Any]) -> ScanResult | None:
+        """This reply's scan if done, else the latest completed one; waits only for the first."""
+        task: asyncio.Task[ScanResult] | None = st.get("scan")
+        if task is not None and task.done() and not task.cancelled() and not task.exception():
+            st["scan_stale"] = False
+            return task.result()
+        if self.store.last_scan is not None:
+            st["scan_stale"] = task is not None
+            return self.store.last_scan
+        st["scan_stale"] = False
+        try:
+            return await asyncio.shield(task if task is not None else self.store.refresh())
+        except (MnemoscopeError, OSError) as exc:
+            self._report(ctx, f"cannot scan {self.memory_dir}: {exc}")
+            return None
+
     async def system_prompt_changed(self, ctx: ReplyContext) -> bool:
         st = ctx.state_for(self)
         if "index_version" not in st:
             return True
+        task: asyncio.Task[ScanResult] | None = st.get("scan")
+        if st.get("scan_stale") and task is not None and task.done():
+            st["scan_stale"] = False  # compared once, when this reply's scan is done
+            if (
+                not task.cancelled()
+                and not task.exception()
+                and task.result().invalid_signature != st.get("invalid_signature")
+            ):
+                return True
         try:
             return await self.store.index_version() != st["index_version"]
         except (MnemoscopeError, OSError):
@@ -334,7 +380,7 @@ class AgenticMemoryMiddleware(MiddlewareBase):
         if not valid:
             return result
         ranker = await self.store.ranker_async(scan)
-        by_name = {f.filename: f for f in valid}
+        by_name = scan.valid_by_name
         if self.selection == "local" or model is None:
             ranked = ranker.search(query, k=self.max_selected)
             top = ranked[0][1] if ranked else 0.0
@@ -342,7 +388,7 @@ class AgenticMemoryMiddleware(MiddlewareBase):
             result.mode = "local"
             result.candidates = len(valid)
         else:
-            candidates = self._candidates(query, valid, ranker)
+            candidates = self._candidates(query, scan, ranker)
             result.candidates = len(candidates)
             try:
                 chosen = await self._ask_model(model, query, candidates)
@@ -355,10 +401,11 @@ class AgenticMemoryMiddleware(MiddlewareBase):
         result.files = await self._load(chosen, by_name)
         return result
 
-    def _candidates(self, query: str, valid: list[MemoryFile], ranker: Any) -> list[MemoryFile]:
+    def _candidates(self, query: str, scan: ScanResult, ranker: Any) -> list[MemoryFile]:
+        valid = scan.valid
         if len(valid) <= self.manifest_max_files:
             return sorted(valid, key=lambda f: -(f.mtime or 0.0))
-        by_name = {f.filename: f for f in valid}
+        by_name = scan.valid_by_name
         picked = [by_name[k] for k, _ in ranker.search(query, k=self.manifest_max_files)]
         if len(picked) < self.manifest_max_files:
             seen = {f.filename for f in picked}
@@ -491,22 +538,3 @@ def _truncate_tokens(text: str, max_tokens: int) -> str:
     while cut > 0 and count_tokens(text[:cut]) > max_tokens:
         cut = int(cut * 0.9)
     return text[:cut].rstrip() + "\n[... truncated; Read the file for the rest]"
-
-
-def _record_read(agent: Agent, backend_key: str, real_path: str, version: str) -> None:
-    """Tell the agent's file tools that it has seen ``real_path`` at ``version``.
-
-    Uses the tools' read-before-write bookkeeping (``ToolContext.state`` is the agent's
-    ``state.tool_state``; entries are keyed ``"<backend key>:<real path>"``), and only for
-    tools working on the same file namespace as this middleware.
-    """
-    from mnemoscope.tool import _file_tools
-
-    keys = {
-        tool.backend.key
-        for tool in agent.toolkit.tools
-        if isinstance(tool, _file_tools._FileTool) and tool.backend.key == backend_key
-    }
-    reads = agent.state.tool_state.setdefault(_file_tools.STATE_KEY, {})
-    for key in keys:
-        reads[f"{key}:{real_path}"] = version

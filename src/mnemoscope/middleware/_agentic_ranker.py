@@ -14,6 +14,7 @@ Example::
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 import re
 from collections import Counter
@@ -132,6 +133,9 @@ class BM25Ranker:
         self._idf = {
             t: math.log(1 + (n - len(p) + 0.5) / (len(p) + 0.5)) for t, p in self._postings.items()
         }
+        avg = self._avg_len or 1.0
+        # the length normalisation of each document, computed once instead of per query term
+        self._norm = [k1 * (1 - b + b * length / avg) for length in self._lengths]
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -139,18 +143,17 @@ class BM25Ranker:
     def scores(self, query: str) -> dict[int, float]:
         """Score of every document sharing at least one term with ``query``."""
         acc: dict[int, float] = {}
-        k1, b, avg = self.k1, self.b, self._avg_len or 1.0
+        k1p1, norms, get = self.k1 + 1, self._norm, acc.get
         for term in set(tokenize(query)):
             postings = self._postings.get(term)
             if not postings:
                 continue
-            idf = self._idf[term]
+            idf = self._idf[term] * k1p1
             for i, tf in postings:
-                norm = k1 * (1 - b + b * self._lengths[i] / avg)
-                acc[i] = acc.get(i, 0.0) + idf * tf * (k1 + 1) / (tf + norm)
+                acc[i] = get(i, 0.0) + idf * tf / (tf + norms[i])
         return acc
 
     def search(self, query: str, k: int = 10, *, min_score: float = 0.0) -> list[tuple[str, float]]:
         """The ``k`` best ``(key, score)`` pairs, best first; only scores above ``min_score``."""
-        scored = sorted(self.scores(query).items(), key=lambda kv: (-kv[1], kv[0]))
-        return [(self.keys[i], s) for i, s in scored[:k] if s > min_score]
+        scored = heapq.nsmallest(k, self.scores(query).items(), key=lambda kv: (-kv[1], kv[0]))
+        return [(self.keys[i], s) for i, s in scored if s > min_score]

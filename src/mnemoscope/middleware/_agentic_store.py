@@ -10,7 +10,14 @@ Example::
 
 On local disk (no backend, or a ``LocalBackend``) a scan is one pass of ``os.scandir`` in a
 worker thread, and only files whose size or modification time changed are read again. With
-any other workspace backend the same is done through the backend's async methods. Every
+any other workspace backend the same is done with one ``list`` call per directory (names,
+sizes, mtimes) and a read of each changed file only. A scan in which nothing changed
+returns the previous :class:`ScanResult` object, so what is derived from it (valid files,
+the ranker) is reused as is. The store keeps the result of the latest scan that completed
+(:attr:`MemoryStore.last_scan`) and can run scans in the background (:meth:`refresh`).
+``MEMORY.md`` is read again only when its weak version (mtime, size, inode) changes
+(:meth:`MemoryStore.read_index_cached`). All of this is a cache of the disk shared by every
+reply; nothing per reply is kept here. Every
 write uses the workspace's crash-safe, locked write (``mnemoscope.workspace._fsops``
 locally), so the middleware, the CLI and the agent's Write/Edit tools serialise on the
 same per-directory lock and version checks are exact.
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import os
 import posixpath
 import threading
@@ -52,7 +60,8 @@ class IndexSnapshot:
 
     Attributes:
         text: its content.
-        cheap_version: ``mtime_ns:size`` (what :meth:`MemoryStore.index_version` returns).
+        cheap_version: the weak version ``mtime_ns:size:i<inode>`` (what
+            :meth:`MemoryStore.index_version` returns).
         version: the workspace's exact version token (``expected_version`` of a write).
         real_path: the file's real path (symlinks resolved).
     """
@@ -73,9 +82,18 @@ class ScanResult:
     def valid(self) -> list[MemoryFile]:
         return [f for f in self.files if f.valid]
 
-    @property
+    @functools.cached_property
     def invalid(self) -> list[MemoryFile]:
         return [f for f in self.files if not f.valid]
+
+    @functools.cached_property
+    def invalid_signature(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """File names and errors of the invalid files (what the system prompt lists)."""
+        return tuple((f.filename, tuple(f.errors)) for f in self.invalid)
+
+    @functools.cached_property
+    def valid_by_name(self) -> dict[str, MemoryFile]:
+        return {f.filename: f for f in self.valid}
 
     def by_name(self) -> dict[str, MemoryFile]:
         return {f.filename: f for f in self.files}
@@ -113,6 +131,13 @@ class MemoryStore:
         self._ranker_lock = threading.Lock()
         self._terms: dict[str, tuple[float | None, int, Counter[str], int]] = {}
         self._layout_ready = False
+        self.last_scan: ScanResult | None = None
+        """The result of the latest scan that completed (``None`` before the first)."""
+        self._scan_seq = itertools.count(1)
+        self._installed_seq = 0
+        self._refreshes: set[asyncio.Task[ScanResult]] = set()
+        self._index_cache: IndexSnapshot | None = None
+        self._parsed_scan: ScanResult | None = None
 
     # ------------------------------------------------------------------ paths
     def path_of(self, filename: str) -> str:
@@ -152,17 +177,35 @@ class MemoryStore:
 
     # ------------------------------------------------------------------ index
     async def index_version(self) -> str:
-        """A cheap token that changes when ``MEMORY.md`` changes (``mtime_ns:size``)."""
-        st = await self._stat(self.index_path)
-        return "absent" if st is None else f"{st[0]}:{st[1]}"
+        """A token that changes when ``MEMORY.md`` changes, without reading it.
+
+        The weak version ``mtime_ns:size:i<inode>``: every workspace write replaces the
+        inode, so each of them changes it.
+        """
+        return await self._weak_version(self.index_path)
 
     async def read_index(self) -> IndexSnapshot:
         """``MEMORY.md`` as it is now (empty, version ``"absent"``, when missing)."""
         try:
             data, cheap, exact, real = await self._read(self.index_path)
         except FileNotFoundError:
-            return IndexSnapshot("", "absent", _ABSENT, self.index_path)
-        return IndexSnapshot(data.decode("utf-8", errors="replace"), cheap, exact, real)
+            snap = IndexSnapshot("", "absent", _ABSENT, self.index_path)
+        else:
+            snap = IndexSnapshot(data.decode("utf-8", errors="replace"), cheap, exact, real)
+        self._index_cache = snap
+        return snap
+
+    async def read_index_cached(self) -> IndexSnapshot:
+        """:meth:`read_index`, but only a stat when the index is unchanged since the last read."""
+        cached = self._index_cache
+        if cached is not None and await self.index_version() == cached.cheap_version:
+            return cached
+        return await self.read_index()
+
+    @property
+    def resolved_backend(self) -> BackendBase:
+        """The backend the files live in (a ``LocalBackend`` when none was given)."""
+        return self._backend()
 
     @property
     def backend_key(self) -> str:
@@ -197,15 +240,54 @@ class MemoryStore:
         await self._backend().remove(self.path_of(filename))
 
     async def scan(self) -> ScanResult:
-        """Every memory file, parsed and validated; unchanged files come from a cache."""
-        if self._local:
-            raw = await asyncio.to_thread(_scan_local, self.memdir, dict(self._parsed))
+        """Every memory file, parsed and validated; unchanged files come from a cache.
+
+        When no file was added, removed or changed since the previous scan, that scan's
+        :class:`ScanResult` is returned again. The result becomes :attr:`last_scan`
+        unless a scan that started later has completed first.
+        """
+        seq = next(self._scan_seq)
+        # the parse cache and the scan it describes, taken together (both are replaced,
+        # never mutated, so a concurrent scan cannot change them under this one)
+        cache, base = self._parsed, self._parsed_scan
+        if self._local:  # the comparison runs in the worker thread too
+            raw, same = await asyncio.to_thread(_scan_local_compare, self.memdir, cache)
         else:
-            raw = await self._scan_backend()
+            raw = await self._scan_backend(cache)
+            same = _unchanged(raw, cache)
+        result = base if base is not None and same else self._merge(raw, cache)
+        if seq > self._installed_seq:
+            self._installed_seq = seq
+            self.last_scan = result
+        return result
+
+    def refresh(self) -> asyncio.Task[ScanResult]:
+        """Start a :meth:`scan` in the background and return its task.
+
+        The task belongs to the store, not to the caller: it completes (and updates
+        :attr:`last_scan`) even when the reply that started it ends first. Its failure is
+        seen by whoever awaits it.
+        """
+        task = asyncio.get_running_loop().create_task(self.scan(), name="agentic-memory-scan")
+        self._refreshes.add(task)
+        task.add_done_callback(_forget(self._refreshes))
+        return task
+
+    async def settle(self) -> None:
+        """Wait until the background scans started so far have finished."""
+        pending = [t for t in self._refreshes if not t.done()]
+        if pending:
+            await asyncio.wait(pending)
+
+    def _merge(
+        self,
+        raw: list[tuple[str, int, int, str | None]],
+        cache: dict[str, tuple[int, int, MemoryFile]],
+    ) -> ScanResult:
         files: list[MemoryFile] = []
         parsed: dict[str, tuple[int, int, MemoryFile]] = {}
         for rel, mtime_ns, size, text in raw:
-            cached = self._parsed.get(rel)
+            cached = cache.get(rel)
             if text is None and cached is not None and cached[:2] == (mtime_ns, size):
                 mf = cached[2]
             elif text is None:  # too large
@@ -222,9 +304,10 @@ class MemoryStore:
                 )
             parsed[rel] = (mtime_ns, size, mf)
             files.append(mf)
-        self._parsed = parsed
         files.sort(key=lambda f: f.filename)
-        return ScanResult(files)
+        result = ScanResult(files)
+        self._parsed, self._parsed_scan = parsed, result
+        return result
 
     def ranker(self, scan: ScanResult) -> BM25Ranker:
         """A BM25 ranker over the valid files of ``scan``.
@@ -234,7 +317,7 @@ class MemoryStore:
         """
         sig = scan.signature
         with self._ranker_lock:
-            if self._ranker is not None and self._ranker[0] == sig:
+            if self._ranker is not None and (self._ranker[0] is sig or self._ranker[0] == sig):
                 return self._ranker[1]
             terms: dict[str, tuple[float | None, int, Counter[str], int]] = {}
             prepared = []
@@ -254,8 +337,9 @@ class MemoryStore:
 
     async def ranker_async(self, scan: ScanResult) -> BM25Ranker:
         """:meth:`ranker`, built in a worker thread when it must be rebuilt."""
-        if self._ranker is not None and self._ranker[0] == scan.signature:
-            return self._ranker[1]
+        cached = self._ranker
+        if cached is not None and (cached[0] is scan.signature or cached[0] == scan.signature):
+            return cached[1]
         return await asyncio.to_thread(self.ranker, scan)
 
     # ---------------------------------------------------------- backend glue
@@ -266,15 +350,14 @@ class MemoryStore:
             self.backend = LocalBackend()
         return self.backend
 
-    async def _stat(self, path: str) -> tuple[int, int] | None:
+    async def _weak_version(self, path: str) -> str:
         if self._local:
             try:
                 st = await asyncio.to_thread(os.stat, path)
             except FileNotFoundError:
-                return None
-            return st.st_mtime_ns, st.st_size
-        info = await self._backend().stat(path)
-        return (info.mtime_ns, info.size) if info.exists else None
+                return _ABSENT
+            return f"{st.st_mtime_ns}:{st.st_size}:i{st.st_ino}"
+        return (await self._backend().stat(path, hash=False)).weak_version
 
     async def _read(self, path: str) -> tuple[bytes, str, str, str]:
         from mnemoscope.workspace import WorkspaceError
@@ -285,7 +368,7 @@ class MemoryStore:
             raise
         except WorkspaceError as exc:
             raise MemoryStoreError(f"cannot read {path}: {exc.message}") from None
-        return res.data, f"{res.stat.mtime_ns}:{res.stat.size}", res.stat.version, res.stat.path
+        return res.data, res.stat.weak_version, res.stat.version, res.stat.path
 
     async def _write(self, path: str, data: bytes, expected_version: str | None) -> str:
         from mnemoscope.workspace import FileChangedError, WorkspaceError
@@ -298,31 +381,40 @@ class MemoryStore:
             raise MemoryStoreError(f"cannot write {path}: {exc.message}") from None
         return res.stat.version
 
-    async def _scan_backend(self) -> list[tuple[str, int, int, str | None]]:
+    async def _scan_backend(
+        self, cache: dict[str, tuple[int, int, MemoryFile]]
+    ) -> list[tuple[str, int, int, str | None]]:
+        """Like :func:`_scan_local` through the backend: ``list`` per directory, reads only
+        of files whose size or mtime changed."""
         backend = self._backend()
-        try:
-            paths, _ = await backend.glob("**/*.md", self.memdir, limit=_MAX_FILES)
-        except FileNotFoundError:
-            return []
         out: list[tuple[str, int, int, str | None]] = []
-        for path in paths:
-            rel = self.filename_of(path) or path
-            if rel == INDEX_FILENAME or posixpath.basename(rel).startswith("."):
-                continue
-            info = await backend.stat(path)
-            if not info.exists:
-                continue
-            cached = self._parsed.get(rel)
-            if (cached is not None and cached[:2] == (info.mtime_ns, info.size)) or (
-                info.size > MAX_MEMORY_FILE_BYTES
-            ):
-                out.append((rel, info.mtime_ns, info.size, None))
-                continue
+        stack = [""]
+        while stack and len(out) < _MAX_FILES:
+            rel_dir = stack.pop()
             try:
-                data, _, _, _ = await self._read(path)
+                entries = await backend.list(posixpath.join(self.memdir, rel_dir))
             except FileNotFoundError:
                 continue
-            out.append((rel, info.mtime_ns, info.size, data.decode("utf-8", errors="replace")))
+            for e in entries:
+                if e.name.startswith(".") or e.name.startswith(_TMP_PREFIX):
+                    continue
+                rel = rel_dir + e.name
+                if e.type == "directory":
+                    stack.append(rel + "/")
+                    continue
+                if e.type != "file" or not e.name.endswith(".md") or rel == INDEX_FILENAME:
+                    continue
+                cached = cache.get(rel)
+                if (cached is not None and cached[:2] == (e.mtime_ns, e.size)) or (
+                    e.size > MAX_MEMORY_FILE_BYTES
+                ):
+                    out.append((rel, e.mtime_ns, e.size, None))
+                    continue
+                try:
+                    data, _, _, _ = await self._read(self.path_of(rel))
+                except FileNotFoundError:
+                    continue
+                out.append((rel, e.mtime_ns, e.size, data.decode("utf-8", errors="replace")))
         return out
 
 
@@ -333,12 +425,41 @@ class _ConflictError(Exception):
     pass
 
 
+def _forget(tasks: set[asyncio.Task[ScanResult]]) -> Any:
+    def done(task: asyncio.Task[ScanResult]) -> None:
+        tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved here; whoever awaits the task still sees it
+
+    return done
+
+
+def _unchanged(
+    raw: list[tuple[str, int, int, str | None]], cache: dict[str, tuple[int, int, MemoryFile]]
+) -> bool:
+    """True when ``raw`` lists exactly the cached files, each at its cached mtime and size."""
+    if len(raw) != len(cache):
+        return False
+    for rel, mtime_ns, size, _ in raw:
+        cached = cache.get(rel)
+        if cached is None or cached[0] != mtime_ns or cached[1] != size:
+            return False
+    return True
+
+
 def _is_local_backend(backend: object) -> bool:
     try:
         from mnemoscope.workspace import LocalBackend
     except ImportError:  # pragma: no cover - the workspace layer always ships LocalBackend
         return False
     return type(backend) is LocalBackend
+
+
+def _scan_local_compare(
+    memdir: str, cache: dict[str, tuple[int, int, MemoryFile]]
+) -> tuple[list[tuple[str, int, int, str | None]], bool]:
+    raw = _scan_local(memdir, cache)
+    return raw, _unchanged(raw, cache)
 
 
 def _scan_local(

@@ -8,7 +8,7 @@ from mnemoscope.tool._base import PathAccess, ToolBase, ToolContext, ToolResult
 from mnemoscope.tool._function import FunctionTool, function_tool, parse_docstring
 from mnemoscope.tool._toolkit import Toolkit
 
-_FILE_TOOLS = {"Read", "Write", "Edit", "Glob", "Grep"}
+_FILE_TOOLS = {"Read", "Write", "Edit", "Glob", "Grep", "read_version", "record_read"}
 
 
 def __getattr__(name: str) -> Any:
@@ -34,4 +34,6 @@ __all__ = [
     "Write",
     "function_tool",
     "parse_docstring",
+    "read_version",
+    "record_read",
 ]

@@ -11,18 +11,31 @@ Safety: every call passes the permission context's working directories (``roots`
 the backend, which refuses to touch anything whose real location is outside them (unless
 the mode is ``BYPASS`` or the tool is called without a permission context). Overwriting
 or editing an existing file requires that this agent read it and that it has not changed
-since (tracked in ``ToolContext.state["file_reads"]`` by version token).
+since (tracked in ``ToolContext.state["file_reads"]`` by version token; code outside the
+tools records or looks up reads with :func:`record_read` and :func:`read_version`).
+
+A Write or Edit is one backend operation: the version recorded at the Read is passed as
+``expected_version`` and checked under the file lock (no separate stat, no second read).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mnemoscope.errors import UserError
 from mnemoscope.permission import PermissionMode
 from mnemoscope.tool._base import PathAccess, ToolBase, ToolContext, ToolResult
-from mnemoscope.workspace import BackendBase, LocalBackend, WorkspaceError
+from mnemoscope.workspace import (
+    ABSENT,
+    BackendBase,
+    FileChangedError,
+    LocalBackend,
+    WorkspaceError,
+    WriteResult,
+)
 from mnemoscope.workspace._fsops import FsError, decode_text
 
 READ_MAX_BYTES = 256 * 1024
@@ -32,6 +45,48 @@ READ_HARD_MAX_BYTES = 32 * 1024 * 1024
 READ_DEFAULT_LINES = 2000
 MAX_LINE_CHARS = 2000
 STATE_KEY = "file_reads"
+"""Key of the read-before-write records in the tool state (``agent.state.tool_state``)."""
+
+
+def _read_key(backend: BackendBase, path: str) -> str:
+    return f"{backend.key}:{path}"
+
+
+def record_read(tool_state: dict[str, Any], backend: BackendBase, path: str, version: str) -> None:
+    """Record that the agent has seen ``path`` at ``version``, as if it had Read it.
+
+    Write and Edit then accept to replace the file as long as it is still at that version
+    (checked under the file lock). A middleware that shows a file to the model (e.g. the
+    agentic memory's index in the system prompt) uses this so the model can edit it
+    without a redundant Read.
+
+    Args:
+        tool_state: the agent's tool state (``agent.state.tool_state``, which tools see
+            as ``ToolContext.state``).
+        backend: the backend the file lives in; records are per file namespace
+            (``backend.key``), so tools on another backend do not see them.
+        path: absolute path of the file; the real path (symlinks resolved) is best, as
+            tools look up both the path the model gives and the real path.
+        version: the exact version token of what was shown (from ``read_file`` or
+            ``stat()``).
+
+    Raises:
+        UserError: ``version`` is a weak token from ``stat(hash=False)`` or ``list``.
+    """
+    from mnemoscope.workspace._fsops import is_weak_version
+
+    if version != ABSENT and is_weak_version(version):
+        raise UserError(
+            f"record_read: version must be an exact version token (from read_file or stat()), "
+            f"got the weak token {version!r} from stat(hash=False) or list()"
+        )
+    tool_state.setdefault(STATE_KEY, {})[_read_key(backend, path)] = version
+
+
+def read_version(tool_state: dict[str, Any], backend: BackendBase, path: str) -> str | None:
+    """The version at which the agent last read (or wrote) ``path``, or ``None``."""
+    reads = tool_state.get(STATE_KEY)
+    return None if not reads else reads.get(_read_key(backend, path))
 
 
 class _FileTool(ToolBase):
@@ -50,15 +105,10 @@ class _FileTool(ToolBase):
             return None
         return [str(r) for r in pc.roots()]
 
-    def _reads(self, ctx: ToolContext) -> dict[str, str]:
-        reads: dict[str, str] = ctx.state.setdefault(STATE_KEY, {})
-        return reads
-
-    def _key(self, real_path: str) -> str:
-        return f"{self.backend.key}:{real_path}"
-
-    def _remember(self, ctx: ToolContext, real_path: str, version: str) -> None:
-        self._reads(ctx)[self._key(real_path)] = version
+    def _remember(self, ctx: ToolContext, version: str, *paths: str) -> None:
+        """Record ``version`` under the path the model used and the real path."""
+        for p in dict.fromkeys(paths):
+            record_read(ctx.state, self.backend, p, version)
 
     def _error(self, exc: WorkspaceError, path: str = "") -> ToolResult:
         hint = {
@@ -68,27 +118,42 @@ class _FileTool(ToolBase):
         }.get(exc.code, "")
         return ToolResult.error(f"{self.name} failed: {exc.message}{hint}")
 
-    async def _check_fresh(
-        self, ctx: ToolContext, path: str, roots: list[str] | None
-    ) -> str | ToolResult:
-        """The version to write against, or an error when the file was not read or changed."""
+    async def _replace(
+        self,
+        ctx: ToolContext,
+        path: str,
+        roots: list[str] | None,
+        op: Callable[[str], Awaitable[WriteResult]],
+    ) -> WriteResult | ToolResult:
+        """Run ``op(expected_version)`` with the version this agent read ``path`` at.
+
+        Not read under this path: expect the file to be absent (a creation). When it
+        exists, look for a read under its real path (read through another path, e.g. a
+        symlink) and retry once with that version; otherwise tell the model to Read first.
+        """
+        seen = read_version(ctx.state, self.backend, path)
+        try:
+            return await op(seen if seen is not None else ABSENT)
+        except FileChangedError:
+            if seen is not None:
+                return ToolResult.error(
+                    f"{path} has changed since you last read it (modified by someone else). "
+                    f"Read it again, then redo the {self.name}."
+                )
         st = await self.backend.stat(path, roots=roots)
-        if not st.exists:
-            return st.version  # "absent": creating a new file needs no read
-        if st.type == "directory":
-            return ToolResult.error(f"{self.name} failed: {path} is a directory, not a file.")
-        seen = self._reads(ctx).get(self._key(st.path))
-        if seen is None:
+        real_seen = read_version(ctx.state, self.backend, st.path) if st.exists else None
+        if real_seen is None:
             return ToolResult.error(
                 f"{path} already exists and has not been read yet. Call Read on it first, "
                 f"then call {self.name} again."
             )
-        if seen != st.version:
+        try:
+            return await op(real_seen)
+        except FileChangedError:
             return ToolResult.error(
                 f"{path} has changed since you last read it (modified by someone else). "
                 f"Read it again, then redo the {self.name}."
             )
-        return st.version
 
 
 # ------------------------------------------------------------------------- Read
@@ -150,7 +215,7 @@ class Read(_FileTool):
             return ToolResult.error(
                 f"{path} is a binary file ({content.stat.size} bytes); Read shows text only."
             )
-        self._remember(ctx, content.stat.path, content.stat.version)
+        self._remember(ctx, content.stat.version, path, content.stat.path)
         if not text:
             return ToolResult(output=f"({path} is empty)", metadata={"lines": 0})
         lines = text.splitlines()
@@ -207,21 +272,19 @@ class Write(_FileTool):
     async def call(self, tool_input: WriteInput, ctx: ToolContext) -> ToolResult:
         path = self._abs(tool_input.file_path)
         roots = self._roots(ctx)
-        try:
-            version = await self._check_fresh(ctx, path, roots)
-            if isinstance(version, ToolResult):
-                return version
-            res = await self.backend.write_text(
+
+        def write(version: str) -> Awaitable[WriteResult]:
+            return self.backend.write_text(
                 path, tool_input.content, roots=roots, expected_version=version
             )
+
+        try:
+            res = await self._replace(ctx, path, roots, write)
         except WorkspaceError as exc:
-            if exc.code == "conflict":
-                return ToolResult.error(
-                    f"{path} changed while you were writing it ({exc.message}). Read it again, "
-                    "then redo the Write."
-                )
             return self._error(exc)
-        self._remember(ctx, res.stat.path, res.stat.version)
+        if isinstance(res, ToolResult):
+            return res
+        self._remember(ctx, res.stat.version, path, res.stat.path)
         lines = tool_input.content.count("\n") + (0 if tool_input.content.endswith("\n") else 1)
         verb = "Created" if res.created else "Updated"
         return ToolResult(
@@ -266,16 +329,9 @@ class Edit(_FileTool):
         if tool_input.old_string == tool_input.new_string:
             return ToolResult.error("Edit failed: old_string and new_string are identical.")
         roots = self._roots(ctx)
-        try:
-            version = await self._check_fresh(ctx, path, roots)
-            if isinstance(version, ToolResult):
-                return version
-            if version == "absent" and tool_input.old_string:
-                return ToolResult.error(
-                    f"Edit failed: {path} does not exist. Use Write to create it "
-                    "(or Edit with an empty old_string)."
-                )
-            res = await self.backend.edit(
+
+        def edit(version: str) -> Awaitable[WriteResult]:
+            return self.backend.edit(
                 path,
                 tool_input.old_string,
                 tool_input.new_string,
@@ -283,14 +339,19 @@ class Edit(_FileTool):
                 roots=roots,
                 expected_version=version,
             )
+
+        try:
+            res = await self._replace(ctx, path, roots, edit)
         except WorkspaceError as exc:
-            if exc.code == "conflict":
+            if exc.code == "not_found" and tool_input.old_string:
                 return ToolResult.error(
-                    f"{path} changed since you last read it ({exc.message}). Read it again, "
-                    "then redo the Edit."
+                    f"Edit failed: {path} does not exist. Use Write to create it "
+                    "(or Edit with an empty old_string)."
                 )
             return self._error(exc)
-        self._remember(ctx, res.stat.path, res.stat.version)
+        if isinstance(res, ToolResult):
+            return res
+        self._remember(ctx, res.stat.version, path, res.stat.path)
         many = "s" if res.replacements != 1 else ""
         return ToolResult(
             output=(
@@ -429,4 +490,4 @@ class Grep(_FileTool):
         return ToolResult(output="\n".join(lines), metadata=meta)
 
 
-__all__ = ["Edit", "Glob", "Grep", "Read", "Write"]
+__all__ = ["STATE_KEY", "Edit", "Glob", "Grep", "Read", "Write", "read_version", "record_read"]

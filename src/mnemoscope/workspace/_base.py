@@ -84,7 +84,10 @@ class FileStat:
         size: bytes.
         mtime_ns: modification time.
         version: ``mtime_ns:size:sha256-prefix`` of a file, ``"absent"`` when missing;
-            pass it back as ``expected_version`` to write only if nothing changed.
+            pass it back as ``expected_version`` to write only if nothing changed. From
+            ``stat(hash=False)`` it is the weak ``mtime_ns:size:i<inode>`` (see
+            :attr:`weak_version`), which ``expected_version`` refuses.
+        ino: inode number (0 when missing).
     """
 
     path: str
@@ -93,6 +96,15 @@ class FileStat:
     size: int = 0
     mtime_ns: int = 0
     version: str = ABSENT
+    ino: int = 0
+
+    @property
+    def weak_version(self) -> str:
+        """``mtime_ns:size:i<inode>`` (``"absent"`` when missing): a change token that needs
+        no read of the file. Every write of the workspace replaces the inode, so it changes
+        with each of them; an in-place edit by another program that keeps the size within
+        one timestamp tick would go unseen, hence only for change detection."""
+        return f"{self.mtime_ns}:{self.size}:i{self.ino}" if self.exists else ABSENT
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FileStat:
@@ -117,9 +129,26 @@ class WriteResult:
 
 @dataclass(frozen=True)
 class DirEntry:
+    """One entry of :meth:`BackendBase.list` (not following symlinks).
+
+    Attributes:
+        name: the entry's name.
+        type: ``"file"``, ``"directory"``, ``"symlink"`` or ``"other"``.
+        size: bytes.
+        mtime_ns: modification time (0 from a backend that does not report it).
+        ino: inode number (0 from a backend that does not report it).
+    """
+
     name: str
     type: str
     size: int
+    mtime_ns: int = 0
+    ino: int = 0
+
+    @property
+    def weak_version(self) -> str:
+        """Same as :attr:`FileStat.weak_version`, for change detection during scans."""
+        return f"{self.mtime_ns}:{self.size}:i{self.ino}"
 
 
 @dataclass(frozen=True)
@@ -181,7 +210,7 @@ class BackendBase(ABC):
     async def exec(self, cmd: str, *, timeout: float = 60.0) -> ExecResult:  # noqa: ASYNC109 - exec(cmd, timeout) is the API
         """Run a shell command in :attr:`cwd`; kill it after ``timeout`` seconds."""
 
-    async def aclose(self) -> None:  # noqa: B027 - optional hook
+    async def aclose(self) -> None:
         """Release resources held by the backend (idempotent)."""
 
     @staticmethod
@@ -216,8 +245,19 @@ class BackendBase(ABC):
         except FsError as exc:
             raise make_error(exc.code, f"{path}: {exc.message}") from None
 
-    async def stat(self, path: str, *, roots: Roots = None) -> FileStat:
-        res = await self._call("stat", {"path": self.abspath(path), "roots": self._roots(roots)})
+    async def stat(self, path: str, *, roots: Roots = None, hash: bool = True) -> FileStat:
+        """Stat a file or directory (``exists=False`` when missing, never an error).
+
+        Args:
+            path: the path.
+            roots: confine to these directories.
+            hash: read and hash the file for the exact ``version`` (usable as
+                ``expected_version``). ``False`` reads nothing: ``version`` is then the
+                weak ``mtime_ns:size:i<inode>`` token, enough to notice changes.
+        """
+        res = await self._call(
+            "stat", {"path": self.abspath(path), "roots": self._roots(roots), "hash": hash}
+        )
         return FileStat.from_dict(res)
 
     async def exists(self, path: str, *, roots: Roots = None) -> bool:
@@ -227,8 +267,10 @@ class BackendBase(ABC):
         return bool(res["exists"])
 
     async def list(self, path: str, *, roots: Roots = None) -> list[DirEntry]:
+        """Entries of a directory, sorted by name, with size and mtime (one call, no reads)."""
         res = await self._call("list", {"path": self.abspath(path), "roots": self._roots(roots)})
-        return [DirEntry(**e) for e in res["entries"]]
+        fields = DirEntry.__dataclass_fields__
+        return [DirEntry(**{k: v for k, v in e.items() if k in fields}) for e in res["entries"]]
 
     async def glob(
         self, pattern: str, path: str | None = None, *, roots: Roots = None, limit: int = 1000

@@ -14,8 +14,9 @@ paths agree with the permission engine); ``/usr`` and the Python runtime are rea
 ``/tmp`` is a private tmpfs; the home directory and the rest of the host are absent;
 there is no network unless ``network=True``; all namespaces are unshared and the sandbox
 dies with its parent. File operations run in one long-lived helper process inside the
-sandbox (``_fsops.py serve``, JSON lines over stdin/stdout), so they are confined twice:
-by the mounts and by the ``roots`` checks of ``_fsops``.
+sandbox (``_fsops.py serve`` with ``_fsops_search.py`` beside it, JSON lines over
+stdin/stdout), so they are confined twice: by the mounts and by the ``roots`` checks of
+``_fsops``.
 """
 
 from __future__ import annotations
@@ -40,8 +41,10 @@ from mnemoscope.workspace._base import (
 )
 from mnemoscope.workspace._local import run_process
 
-HELPER_PATH = "/.mnemoscope/_fsops.py"
-"""Where the helper script is mounted inside the sandbox."""
+HELPER_DIR = "/.mnemoscope"
+"""Where the helper's files (``_fsops.py``, ``_fsops_search.py``) are mounted, read-only."""
+HELPER_PATH = HELPER_DIR + "/_fsops.py"
+"""The helper script inside the sandbox."""
 
 _SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC_FILES = (
@@ -102,7 +105,8 @@ def bwrap_args(
     if not prefix.startswith("/usr/"):
         args += ["--ro-bind", prefix, prefix]
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-    args += ["--ro-bind", os.path.abspath(_fsops.__file__), HELPER_PATH]
+    for name, host_path in _fsops.helper_paths().items():
+        args += ["--ro-bind", host_path, f"{HELPER_DIR}/{name}"]
     for p in ro_paths:
         args += ["--ro-bind", p, p]
     for p in rw_paths:

@@ -9,9 +9,10 @@ Example::
         await backend.write_text(ws.workdir + "/notes.md", "hello\\n")
         tools = await ws.list_tools()          # Read, Write, Edit, Glob, Grep in the container
 
-File operations run the same helper as every other backend (``_fsops.py``, copied into
-the container with ``put_archive``) through ``exec_run``, so writes are atomic and
-locked inside the container too; large requests travel as files via ``put_archive``.
+File operations run the same helper as every other backend (``_fsops.py`` and
+``_fsops_search.py``, copied into the container with ``put_archive``) through
+``exec_run``, so writes are atomic and locked inside the container too; large requests
+travel as files via ``put_archive``.
 The image needs ``python3`` (any 3.8+). The container has no network unless
 ``network=True``.
 """
@@ -94,8 +95,9 @@ class DockerBackend(BackendBase):
 
     async def install_helper(self) -> None:
         await asyncio.to_thread(self.container.exec_run, ["mkdir", "-p", HELPER_DIR, self.cwd])
-        source = await asyncio.to_thread(_fsops.helper_source)
-        await self.put_file(HELPER_PATH, source)
+        files = await asyncio.to_thread(_fsops.helper_files)
+        for name, source in files.items():
+            await self.put_file(f"{HELPER_DIR}/{name}", source)
 
     async def _call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         req = json.dumps({"op": op, "args": _fsops.to_json(args)})

@@ -8,7 +8,8 @@ Example::
         backend = ws.get_backend()
         await backend.write_text(ws.workdir + "/notes.md", "hello\\n")
 
-File operations run the shared helper (``_fsops.py``, uploaded with ``files.write``)
+File operations run the shared helper (``_fsops.py`` and ``_fsops_search.py``,
+uploaded with ``files.write``)
 through ``commands.run``, so writes are atomic and locked inside the sandbox as well.
 """
 
@@ -62,8 +63,9 @@ class E2BBackend(BackendBase):
     async def install_helper(self) -> None:
         await self.sandbox.files.make_dir(HELPER_DIR)
         await self.sandbox.files.make_dir(self.cwd)
-        source = await asyncio.to_thread(_fsops.helper_source)
-        await self.sandbox.files.write(HELPER_PATH, source)
+        files = await asyncio.to_thread(_fsops.helper_files)
+        for name, source in files.items():
+            await self.sandbox.files.write(f"{HELPER_DIR}/{name}", source)
 
     async def _run(self, cmd: str, *, timeout: float, cwd: str | None = None) -> Any:  # noqa: ASYNC109 - exec(cmd, timeout) is the API
         e2b = require("e2b", extra="e2b", feature="E2BBackend")
