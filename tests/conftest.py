@@ -14,6 +14,9 @@ import uuid
 
 import pytest
 
+# mem0 phones home and opens a second Qdrant store under ~/.mem0 unless told not to
+os.environ.setdefault("MEM0_TELEMETRY", "False")
+
 REQUIRE_SERVICES = os.environ.get("MNEMOSCOPE_REQUIRE_SERVICES") == "1"
 
 REDIS_URL = os.environ.get("MNEMOSCOPE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")

@@ -25,10 +25,12 @@ from mnemoscope.memory._long_term_base import (
 )
 
 if TYPE_CHECKING:
+    from mnemoscope.memory._mem0 import Mem0LongTermMemory
     from mnemoscope.memory._redis import RedisMemory
     from mnemoscope.memory._sqlalchemy import AsyncSQLAlchemyMemory
 
 _LAZY = {
+    "Mem0LongTermMemory": "mnemoscope.memory._mem0",
     "RedisMemory": "mnemoscope.memory._redis",
     "AsyncSQLAlchemyMemory": "mnemoscope.memory._sqlalchemy",
 }
@@ -47,6 +49,7 @@ __all__ = [
     "InMemoryMemory",
     "LongTermMemoryBase",
     "MemoryBase",
+    "Mem0LongTermMemory",
     "MemoryItem",
     "MemoryScope",
     "MemoryState",

@@ -654,7 +654,7 @@ def _search() -> ModuleType:
         try:
             from . import _fsops_search as mod
         except ImportError:  # running as the sandbox helper (see main)
-            import _fsops_search as mod
+            import _fsops_search as mod  # type: ignore[no-redef]
         _search_module = mod
     return _search_module
 
