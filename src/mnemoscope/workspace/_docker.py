@@ -13,8 +13,8 @@ File operations run the same helper as every other backend (``_fsops.py`` and
 ``_fsops_search.py``, copied into the container with ``put_archive``) through
 ``exec_run``, so writes are atomic and locked inside the container too; large requests
 travel as files via ``put_archive``.
-The image needs ``python3`` (any 3.8+). The container has no network unless
-``network=True``.
+The image needs ``python3`` 3.10 or newer (the helper script uses ``X | Y`` unions).
+The container has no network unless ``network=True``.
 """
 
 from __future__ import annotations
