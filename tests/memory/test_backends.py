@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mnemoscope.errors import CorruptRecordError, MissingExtraError, UserError
+from mnemoscope.errors import CorruptRecordError, MemoryStoreError, MissingExtraError, UserError
 from mnemoscope.memory import MemoryBase
 from mnemoscope.message import UserMsg
 
@@ -116,8 +116,10 @@ async def test_redis_closes_only_its_own_client(redis_url: str, unique_id: str) 
 
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     mem = RedisMemory(client, user_id=unique_id)
-    await mem.add(UserMsg("alice", "x"), marks="m")
-    assert [m.get_text_content() for m in await mem.get()] == ["x"]  # decoded responses work
+    await mem.add([UserMsg("alice", "héllo ✓ 🙂"), UserMsg("alice", "x")], marks="m")
+    # decoded responses work, multi-byte text included (the read reply is length-prefixed)
+    assert [m.get_text_content() for m in await mem.get()] == ["héllo ✓ 🙂", "x"]
+    assert [m.get_text_content() for m in await mem.get(last_n=1)] == ["x"]
     assert await mem.get_marks((await mem.get())[0].id) == ["m"]
     await mem.clear()
     await mem.aclose()
@@ -212,6 +214,89 @@ async def test_sql_accepts_engine_sessionmaker_session_and_closes_only_its_own(
     four = AsyncSQLAlchemyMemory(engine, user_id=unique_id, session_id="a")
     assert [m.get_text_content() for m in await four.get()] == ["a"]  # engine still open
     await engine.dispose()
+
+
+async def _duplicates_marks_and_order(mem: MemoryBase) -> None:
+    a, b, c = (UserMsg("alice", w) for w in "abc")
+    assert await mem.add([a, b, a], marks="hint") == 2
+    assert await mem.add([b, c]) == 1  # b ignored: keeps its content, marks and position
+    assert await mem.get_marks(b.id) == ["hint"]
+    b2 = UserMsg("alice", "B", id=b.id)
+    assert await mem.add(b2, marks="new", on_duplicate="replace") == 0
+    assert await mem.get_marks(b.id) == ["new"]
+    with pytest.raises(MemoryStoreError, match="already stored"):
+        await mem.add([UserMsg("alice", "d"), c], on_duplicate="error")
+    assert [m.get_text_content() for m in await mem.get()] == ["a", "B", "c"]
+    assert [m.id for m in await mem.get(marks="hint")] == [a.id]
+
+
+async def test_sqlite_in_memory_database_keeps_the_sqlalchemy_path(unique_id: str) -> None:
+    """No file to share with a worker connection: every write goes through the engine."""
+    pytest.importorskip("aiosqlite", reason="the 'sql' extra is not installed")
+    from mnemoscope.memory import AsyncSQLAlchemyMemory
+
+    mem = AsyncSQLAlchemyMemory("sqlite+aiosqlite://", user_id=unique_id)
+    assert mem._sqlite is None  # which path runs is the point of this test
+    await _duplicates_marks_and_order(mem)
+    await mem.aclose()
+
+
+async def test_sqlite_plain_engine_file_is_shared_by_both_paths(
+    tmp_path: Path, unique_id: str
+) -> None:
+    """An engine built without ``create_engine``: the worker writes, the engine reads and
+    deletes, and the file's journal mode is left as the user had it."""
+    pytest.importorskip("aiosqlite", reason="the 'sql' extra is not installed")
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from mnemoscope.memory import AsyncSQLAlchemyMemory
+
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'plain.db'}")
+    mem = AsyncSQLAlchemyMemory(engine, user_id=unique_id)
+    assert mem._sqlite is not None
+    await _duplicates_marks_and_order(mem)
+    assert await mem.delete_by_mark("new") == 1
+    assert await mem.add(UserMsg("alice", "e")) == 1
+    assert [m.get_text_content() for m in await mem.get()] == ["a", "c", "e"]
+    async with engine.connect() as conn:
+        assert (await conn.exec_driver_sql("PRAGMA journal_mode")).scalar() == "delete"
+    await mem.aclose()
+    await engine.dispose()
+
+
+@pytest.mark.services
+async def test_postgres_add_probes_ids_by_index_on_unanalysed_tables(
+    postgres_url: str, unique_id: str
+) -> None:
+    """The one-statement add looks each id up through the unique index even before
+    autovacuum has analysed the tables, so its cost does not grow with the session."""
+    import sqlalchemy as sa
+
+    from mnemoscope.memory import AsyncSQLAlchemyMemory
+
+    prefix = f"t{unique_id.replace('-', '')[:20]}"
+    engine = AsyncSQLAlchemyMemory.create_engine(postgres_url)
+    mem = AsyncSQLAlchemyMemory(engine, user_id="u", table_prefix=prefix)
+    try:
+        await mem.add([UserMsg("alice", str(i)) for i in range(2000)])
+        await mem.add(UserMsg("alice", "one more"), marks="hint")
+        async with engine.connect() as conn:
+            rows = await conn.exec_driver_sql(
+                "EXPLAIN " + mem._add_ignore_sql,
+                ("u", "default", ["new-id"], ["{}"], ["hint"]),
+            )
+            plan = "\n".join(r[0] for r in rows)
+            await conn.rollback()
+        assert f"Index Scan using {prefix}_msg_uq" in plan
+        assert "msg_id)::text = n.msg_id" in plan  # the id is part of the index condition
+        assert f"Seq Scan on {prefix}_messages" not in plan
+        assert await mem.size() == 2001
+        assert len(await mem.get(marks="hint")) == 1
+    finally:
+        async with engine.begin() as conn:
+            for table in ("marks", "messages", "sessions"):
+                await conn.execute(sa.text(f"DROP TABLE IF EXISTS {prefix}_{table}"))
+        await engine.dispose()
 
 
 def test_sql_configuration_errors(tmp_path: Path) -> None:

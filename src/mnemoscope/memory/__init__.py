@@ -25,11 +25,16 @@ from mnemoscope.memory._long_term_base import (
 )
 
 if TYPE_CHECKING:
+    from mnemoscope.memory._local_ltm import LocalLongTermMemory
+    from mnemoscope.memory._ltm_schema import HistoryEntry, StoredMemoryItem
     from mnemoscope.memory._mem0 import Mem0LongTermMemory
     from mnemoscope.memory._redis import RedisMemory
     from mnemoscope.memory._sqlalchemy import AsyncSQLAlchemyMemory
 
 _LAZY = {
+    "HistoryEntry": "mnemoscope.memory._ltm_schema",
+    "LocalLongTermMemory": "mnemoscope.memory._local_ltm",
+    "StoredMemoryItem": "mnemoscope.memory._ltm_schema",
     "Mem0LongTermMemory": "mnemoscope.memory._mem0",
     "RedisMemory": "mnemoscope.memory._redis",
     "AsyncSQLAlchemyMemory": "mnemoscope.memory._sqlalchemy",
@@ -46,7 +51,9 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AsyncSQLAlchemyMemory",
+    "HistoryEntry",
     "InMemoryMemory",
+    "LocalLongTermMemory",
     "LongTermMemoryBase",
     "MemoryBase",
     "Mem0LongTermMemory",
@@ -58,5 +65,6 @@ __all__ = [
     "RecordEvent",
     "RecordResult",
     "RedisMemory",
+    "StoredMemoryItem",
     "StoredMsg",
 ]

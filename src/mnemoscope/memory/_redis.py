@@ -235,7 +235,9 @@ return 1
 )
 
 # ARGV[3]: last_n (-1 = all), ARGV[4]: wanted marks (JSON), ARGV[5]: excluded marks (JSON),
-# ARGV[6]: '1' to return marks too.  Returns id, json[, marks], id, json[, marks], ...
+# ARGV[6]: '1' to return marks too.  Returns id, json[, marks], id, json[, marks], ... as
+# length-prefixed items ("<bytes>:<item>") concatenated in groups: a few hundred bulk replies
+# are parsed far faster by the client than 2n (or 3n) replies.
 _LUA_GET = (
     _LUA_PRELUDE
     + """
@@ -282,15 +284,32 @@ if #excl > 0 or (last_n > 0 and #ids > last_n) then
   ids = {}
   for i = #picked, 1, -1 do ids[#ids + 1] = picked[i] end
 end
-local out = {}
-for _, id in ipairs(ids) do
-  local data = redis.call('HGET', K_MSGS, id)
-  if data then
-    out[#out + 1] = id
-    out[#out + 1] = data
-    if with_marks then out[#out + 1] = redis.call('HGET', K_MARKS, id) or '[]' end
+-- groups of 16 messages become one string each (short concatenations are cheap in Lua;
+-- one multi-megabyte table.concat is not), the client joins the few hundred groups
+local out, group, n = {}, {}, 0
+for c = 1, #ids, 1000 do  -- HMGET in chunks (unpack has a stack limit)
+  local chunk = {unpack(ids, c, math.min(c + 999, #ids))}
+  local datas = redis.call('HMGET', K_MSGS, unpack(chunk))
+  local markss = with_marks and redis.call('HMGET', K_MARKS, unpack(chunk)) or nil
+  for i, id in ipairs(chunk) do
+    local data = datas[i]
+    if data then
+      group[n + 1], group[n + 2], group[n + 3], group[n + 4] = #id, ':', id, #data
+      group[n + 5], group[n + 6] = ':', data
+      n = n + 6
+      if with_marks then
+        local m = markss[i] or '[]'
+        group[n + 1], group[n + 2], group[n + 3] = #m, ':', m
+        n = n + 3
+      end
+      if n >= 96 then
+        out[#out + 1] = table.concat(group, '', 1, n)
+        n = 0
+      end
+    end
   end
 end
+if n > 0 then out[#out + 1] = table.concat(group, '', 1, n) end
 return out
 """
 )
@@ -541,7 +560,8 @@ class RedisMemory(MemoryBase):
             json.dumps(normalize_marks(exclude_marks)),
             "1" if with_marks else "0",
         ]
-        return list(await self._call(self._get_script, args, retry_safe=True, what="get"))
+        groups = await self._call(self._get_script, args, retry_safe=True, what="get")
+        return _split_items(b"".join(g.encode() if isinstance(g, str) else g for g in groups))
 
     def _decode(self, msg_id: Any, data: Any, on_corrupt: OnCorrupt) -> Msg | None:
         try:
@@ -601,6 +621,20 @@ class RedisMemory(MemoryBase):
         """Close the client if this object created it."""
         if self._owns_client:
             await self.client.aclose()
+
+
+def _split_items(blob: bytes) -> list[bytes]:
+    """Items of a ``<bytes>:<item><bytes>:<item>...`` string (the read script's reply)."""
+    out: list[bytes] = []
+    pos, end = 0, len(blob)
+    find = blob.index
+    while pos < end:
+        colon = find(b":", pos)
+        start = colon + 1
+        stop = start + int(blob[pos:colon])
+        out.append(blob[start:stop])
+        pos = stop
+    return out
 
 
 def _reason(exc: Exception) -> str:

@@ -30,7 +30,14 @@ one session are therefore serialised (a batch's positions are contiguous, and co
 is position order) while different sessions never wait for each other. Every write is one
 transaction (a batch is stored entirely or not at all). SQLite engines built here use
 WAL, a busy timeout and ``BEGIN IMMEDIATE`` for writes, so several processes can share one
-file. A dropped connection, a deadlock or a locked SQLite file is retried; only when the
+file.
+
+Fast paths (same tables, same locks): on a SQLite file an ``add`` runs entirely
+(``BEGIN IMMEDIATE`` ... ``COMMIT``) as one call of a worker thread on a plain ``sqlite3``
+connection (``_sqlalchemy_sqlite``); on PostgreSQL ``add(..., on_duplicate="ignore")`` is
+one data-modifying statement in autocommit (``_sqlalchemy_pg``).
+
+A dropped connection, a deadlock or a locked SQLite file is retried; only when the
 connection drops *during* ``COMMIT`` of ``add(..., on_duplicate="error")`` (outcome unknown)
 does the caller get :class:`~mnemoscope.errors.MemoryStoreError`.
 """
@@ -38,8 +45,9 @@ does the caller get :class:`~mnemoscope.errors.MemoryStoreError`.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from mnemoscope._optional import require
@@ -60,8 +68,6 @@ from mnemoscope.message import Msg
 require("sqlalchemy.ext.asyncio", extra="sql", feature="AsyncSQLAlchemyMemory")
 
 import sqlalchemy as sa  # noqa: E402 (after the extra check)
-from sqlalchemy import event  # noqa: E402
-from sqlalchemy.dialects import mysql  # noqa: E402
 from sqlalchemy.ext.asyncio import (  # noqa: E402
     AsyncConnection,
     AsyncEngine,
@@ -70,99 +76,31 @@ from sqlalchemy.ext.asyncio import (  # noqa: E402
     create_async_engine,
 )
 
+from mnemoscope.memory._sqlalchemy_common import (  # noqa: E402 (needs sqlalchemy)
+    check_key,
+    chunks,
+    first_occurrences,
+    make_tables,
+    plan_add,
+    transient,
+)
+from mnemoscope.memory._sqlalchemy_pg import add_ignore_sql  # noqa: E402
+from mnemoscope.memory._sqlalchemy_sqlite import (  # noqa: E402
+    CONFIGURED,
+    SQLITE_BUSY_TIMEOUT_MS,
+    SQLiteWorker,
+    add_sync,
+    close_worker,
+    configure_sqlite,
+    sqlite_worker_for,
+)
+from mnemoscope.memory._sqlalchemy_sqlite import retryable as sqlite_retryable  # noqa: E402
+
 DEFAULT_URL = "sqlite+aiosqlite:///mnemoscope_memory.db"
 """Used when no engine or URL is given: a file in the current directory."""
 
-MAX_KEY_LENGTH = 128
-SQLITE_BUSY_TIMEOUT_MS = 30_000
-_CHUNK = 500  # ids per IN (...) clause
 _ATTEMPTS = 5  # transient errors (locked file, deadlock, concurrent duplicate insert)
 _T = TypeVar("_T")
-
-_KEY = sa.String(MAX_KEY_LENGTH).with_variant(
-    mysql.VARCHAR(MAX_KEY_LENGTH, charset="utf8mb4", collation="utf8mb4_bin"),
-    "mysql",
-    "mariadb",
-)
-_JSON_TEXT = sa.Text().with_variant(mysql.LONGTEXT(charset="utf8mb4"), "mysql", "mariadb")
-_SEQ = sa.BigInteger()
-
-
-def make_tables(table_prefix: str) -> tuple[sa.Table, sa.Table, sa.Table]:
-    """The ``(sessions, messages, marks)`` tables for a prefix, on a fresh ``MetaData``."""
-    md = sa.MetaData()
-    opts: dict[str, Any] = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4"}
-    sa.Table(
-        f"{table_prefix}_sessions",
-        md,
-        sa.Column("user_id", _KEY, nullable=False),
-        sa.Column("session_id", _KEY, nullable=False),
-        sa.Column("last_seq", _SEQ, nullable=False),
-        sa.PrimaryKeyConstraint("user_id", "session_id"),
-        **opts,
-    )
-    messages = sa.Table(
-        f"{table_prefix}_messages",
-        md,
-        sa.Column("user_id", _KEY, nullable=False),
-        sa.Column("session_id", _KEY, nullable=False),
-        sa.Column("seq", _SEQ, nullable=False, autoincrement=False),
-        sa.Column("msg_id", _KEY, nullable=False),
-        sa.Column("msg_json", _JSON_TEXT, nullable=False),
-        sa.PrimaryKeyConstraint("user_id", "session_id", "seq"),
-        sa.UniqueConstraint("user_id", "session_id", "msg_id", name=f"{table_prefix}_msg_uq"),
-        **opts,
-    )
-    marks = sa.Table(
-        f"{table_prefix}_marks",
-        md,
-        sa.Column("user_id", _KEY, nullable=False),
-        sa.Column("session_id", _KEY, nullable=False),
-        sa.Column("msg_id", _KEY, nullable=False),
-        sa.Column("mark", _KEY, nullable=False),
-        sa.Column("seq", _SEQ, nullable=False),
-        sa.PrimaryKeyConstraint("user_id", "session_id", "msg_id", "mark"),
-        sa.Index(f"{table_prefix}_mark_ix", "user_id", "session_id", "mark", "seq"),
-        **opts,
-    )
-    return md.tables[f"{table_prefix}_sessions"], messages, marks
-
-
-def _dialect_insert(dialect: str, table: sa.Table) -> Any:
-    from sqlalchemy.dialects import postgresql, sqlite
-
-    return (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
-
-
-def _chunks(items: Sequence[_T], size: int = _CHUNK) -> Iterator[Sequence[_T]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
-
-
-def _check_key(kind: str, value: str) -> None:
-    if len(value) > MAX_KEY_LENGTH:
-        raise UserError(
-            f"AsyncSQLAlchemyMemory: {kind} is {len(value)} characters long; the limit is "
-            f"{MAX_KEY_LENGTH}: {value[:40]!r}..."
-        )
-
-
-def _configure_sqlite(engine: AsyncEngine) -> None:
-    """WAL, busy timeout, and ``BEGIN IMMEDIATE`` for write transactions."""
-
-    @event.listens_for(engine.sync_engine, "connect")
-    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-        dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (below)
-        cur = dbapi_conn.cursor()
-        cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        cur.execute("PRAGMA journal_mode = WAL")
-        cur.execute("PRAGMA synchronous = NORMAL")
-        cur.close()
-
-    @event.listens_for(engine.sync_engine, "begin")
-    def _on_begin(conn: Any) -> None:
-        write = conn.get_execution_options().get("mnemoscope_write", False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
 # engines whose tables exist, per table prefix (one check per engine and process)
@@ -204,8 +142,8 @@ class AsyncSQLAlchemyMemory(MemoryBase):
         **engine_kwargs: Any,
     ) -> None:
         super().__init__(user_id=user_id, session_id=session_id)
-        _check_key("user_id", user_id)
-        _check_key("session_id", session_id)
+        check_key("user_id", user_id)
+        check_key("session_id", session_id)
         if not table_prefix.isidentifier():
             raise UserError(
                 f"AsyncSQLAlchemyMemory: table_prefix must be an identifier, got {table_prefix!r}"
@@ -238,6 +176,13 @@ class AsyncSQLAlchemyMemory(MemoryBase):
         self.sessions, self.messages, self.marks = make_tables(table_prefix)
         self._dialect = self.engine.dialect.name
         self._init_lock = asyncio.Lock()
+        self._sqlite: SQLiteWorker | None = None
+        if self._dialect == "sqlite":
+            sync = self.engine.sync_engine
+            self._sqlite = sqlite_worker_for(
+                sync, configured=sync in CONFIGURED, busy_timeout_ms=SQLITE_BUSY_TIMEOUT_MS
+            )
+        self._add_ignore_sql = add_ignore_sql(table_prefix)
 
     @staticmethod
     def create_engine(url: str, **engine_kwargs: Any) -> AsyncEngine:
@@ -256,7 +201,7 @@ class AsyncSQLAlchemyMemory(MemoryBase):
         except sa.exc.ArgumentError as exc:
             raise UserError(f"AsyncSQLAlchemyMemory: invalid database URL: {exc}") from exc
         if engine.dialect.name == "sqlite":
-            _configure_sqlite(engine)
+            configure_sqlite(engine.sync_engine)
         return engine
 
     # ------------------------------------------------------------------ plumbing
@@ -284,24 +229,11 @@ class AsyncSQLAlchemyMemory(MemoryBase):
                     await asyncio.sleep(0.05 * (attempt + 1))
             ready.add(self.table_prefix)
 
-    def _transient(self, exc: sa.exc.DBAPIError) -> bool:
-        if exc.connection_invalidated or isinstance(exc, sa.exc.IntegrityError):
-            return True
-        orig = exc.orig
-        code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
-        if code and (code in ("40001", "40P01", "55P03") or code[:2] in ("08", "57")):
-            return True
-        args = getattr(orig, "args", ())
-        if args and args[0] in (1205, 1213, 2006, 2013):  # lock wait, deadlock, gone away
-            return True
-        text = str(orig).lower()
-        return "database is locked" in text or ("connection" in text and "closed" in text)
-
     async def _run(
         self,
         work: Callable[[AsyncConnection], Awaitable[_T]],
         *,
-        write: bool,
+        write: bool | str,
         idempotent: bool = True,
         what: str,
     ) -> _T:
@@ -317,11 +249,11 @@ class AsyncSQLAlchemyMemory(MemoryBase):
                         f"({exc}); the batch was stored entirely or not at all, check with "
                         "get_marks()"
                     ) from exc
-                if not isinstance(exc, sa.exc.DBAPIError) or not self._transient(exc):
+                if not isinstance(exc, sa.exc.DBAPIError) or not transient(exc):
                     raise MemoryStoreError(f"AsyncSQLAlchemyMemory.{what} failed: {exc}") from exc
                 last: BaseException = exc
             except sa.exc.DBAPIError as exc:
-                if not self._transient(exc):
+                if not transient(exc):
                     raise MemoryStoreError(f"AsyncSQLAlchemyMemory.{what} failed: {exc}") from exc
                 last = exc
             except (OSError, ConnectionError) as exc:
@@ -332,8 +264,30 @@ class AsyncSQLAlchemyMemory(MemoryBase):
             f"AsyncSQLAlchemyMemory.{what} failed after {_ATTEMPTS} attempts: {last}"
         ) from last
 
-    async def _once(self, work: Callable[[AsyncConnection], Awaitable[_T]], write: bool) -> _T:
+    async def _run_sqlite(self, fn: Callable[..., _T], *args: Any, what: str) -> _T:
+        """``fn(sqlite3_connection, *args)`` in the SQLite worker, retried while locked."""
+        assert self._sqlite is not None
+        await self._ensure_tables()
+        for attempt in range(_ATTEMPTS):
+            try:
+                return await self._sqlite.run(fn, *args)
+            except sqlite3.Error as exc:
+                if not sqlite_retryable(exc):
+                    raise MemoryStoreError(f"AsyncSQLAlchemyMemory.{what} failed: {exc}") from exc
+                last = exc
+            if attempt + 1 < _ATTEMPTS:
+                await asyncio.sleep(0.01 * 2**attempt)
+        raise MemoryStoreError(
+            f"AsyncSQLAlchemyMemory.{what} failed after {_ATTEMPTS} attempts: {last}"
+        ) from last
+
+    async def _once(
+        self, work: Callable[[AsyncConnection], Awaitable[_T]], write: bool | str
+    ) -> _T:
         async with self.engine.connect() as conn:
+            if write == "autocommit":  # one statement, its own transaction
+                await conn.execution_options(isolation_level="AUTOCOMMIT")
+                return await work(conn)
             if write:
                 await conn.execution_options(mnemoscope_write=True)
             result = await work(conn)
@@ -348,7 +302,7 @@ class AsyncSQLAlchemyMemory(MemoryBase):
         """msg_id -> seq of the stored ones among ``ids`` (unique-index lookups)."""
         t = self.messages
         found: dict[str, int] = {}
-        for chunk in _chunks(ids):
+        for chunk in chunks(ids):
             rows = await conn.execute(
                 sa.select(t.c.msg_id, t.c.seq).where(self._where(t), t.c.msg_id.in_(chunk))
             )
@@ -376,15 +330,8 @@ class AsyncSQLAlchemyMemory(MemoryBase):
             last = count
         return int(last) - count + 1
 
-    async def _insert(
-        self, conn: AsyncConnection, new: dict[str, str], *, skip_stored: bool
-    ) -> dict[str, int]:
-        """Insert messages at the next positions, in order; msg_id -> seq of those inserted.
-
-        With ``skip_stored`` ids already stored are skipped by the database itself
-        (``ON CONFLICT DO NOTHING``, PostgreSQL and SQLite only).
-        """
-        t = self.messages
+    async def _insert(self, conn: AsyncConnection, new: dict[str, str]) -> dict[str, int]:
+        """Insert messages at the next positions, in order; msg_id -> seq."""
         u, s = self.user_id, self.session_id
         first = await self._allocate(conn, len(new))
         seqs = {i: first + n for n, i in enumerate(new)}
@@ -392,13 +339,7 @@ class AsyncSQLAlchemyMemory(MemoryBase):
             {"user_id": u, "session_id": s, "seq": seqs[i], "msg_id": i, "msg_json": d}
             for i, d in new.items()
         ]
-        if skip_stored:
-            ins = _dialect_insert(self._dialect, t).on_conflict_do_nothing(
-                index_elements=["user_id", "session_id", "msg_id"]
-            )
-            result = await conn.execute(ins.returning(t.c.msg_id), rows)
-            return {r[0]: seqs[r[0]] for r in result}
-        await conn.execute(sa.insert(t), rows)
+        await conn.execute(sa.insert(self.messages), rows)
         return seqs
 
     def _mark_rows(self, seqs: dict[str, int], marks: Iterable[str]) -> list[dict[str, Any]]:
@@ -426,43 +367,46 @@ class AsyncSQLAlchemyMemory(MemoryBase):
         if not items:
             return 0
         for m in mark_list:
-            _check_key("a mark", m)
+            check_key("a mark", m)
         payload: list[tuple[str, str]] = []
         for msg in items:
-            _check_key("a message id", msg.id)
+            check_key("a message id", msg.id)
             payload.append((msg.id, msg.model_dump_json()))
 
-        fast = on_duplicate == "ignore" and self._dialect in ("postgresql", "sqlite")
+        if self._sqlite is not None:  # the whole add in one call of the worker thread
+            return await self._run_sqlite(
+                add_sync,
+                self.table_prefix,
+                self.user_id,
+                self.session_id,
+                payload,
+                mark_list,
+                on_duplicate,
+                what="add",
+            )
+        if on_duplicate == "ignore" and self._dialect == "postgresql":
+            first = first_occurrences(payload)  # a repeated id keeps its first content
+            params = (
+                self.user_id,
+                self.session_id,
+                list(first),
+                list(first.values()),
+                mark_list,
+            )
+
+            async def one_statement(conn: AsyncConnection) -> int:
+                result = await conn.exec_driver_sql(self._add_ignore_sql, params)
+                return int(result.scalar_one())
+
+            return await self._run(one_statement, write="autocommit", what="add")
 
         async def work(conn: AsyncConnection) -> int:
-            if fast:  # one INSERT ... ON CONFLICT DO NOTHING RETURNING, no lookup first
-                first = dict(reversed(payload))  # a repeated id keeps its first content
-                first = {i: first[i] for i, _ in payload if i in first}
-                inserted = await self._insert(conn, first, skip_stored=True)
-                if mark_list and inserted:
-                    await conn.execute(sa.insert(self.marks), self._mark_rows(inserted, mark_list))
-                return len(inserted)
             existing = await self._existing(conn, [i for i, _ in payload])
-            if on_duplicate == "error" and existing:
-                raise MemoryStoreError(
-                    f"message ids already stored: {sorted(existing)[:5]}; pass "
-                    "on_duplicate='ignore' or 'replace'"
-                )
-            new: dict[str, str] = {}
-            replace: dict[str, str] = {}
-            for msg_id, data in payload:
-                if msg_id in existing:
-                    if on_duplicate != "ignore":
-                        replace[msg_id] = data
-                elif msg_id in new:
-                    if on_duplicate != "ignore":
-                        new[msg_id] = data  # a repeated id in one batch keeps its position
-                else:
-                    new[msg_id] = data
+            new, replace = plan_add(payload, existing, on_duplicate)
             u, s = self.user_id, self.session_id
             seqs: dict[str, int] = {}
             if new:
-                seqs = await self._insert(conn, new, skip_stored=False)
+                seqs = await self._insert(conn, new)
             if replace:
                 t = self.messages
                 stmt = (
@@ -478,7 +422,7 @@ class AsyncSQLAlchemyMemory(MemoryBase):
                     stmt, [{"u": u, "s": s, "i": i, "d": d} for i, d in replace.items()]
                 )
                 k = self.marks
-                for chunk in _chunks(list(replace)):
+                for chunk in chunks(list(replace)):
                     await conn.execute(sa.delete(k).where(self._where(k), k.c.msg_id.in_(chunk)))
             seqs.update((i, existing[i]) for i in replace)
             if mark_list and seqs:
@@ -490,7 +434,14 @@ class AsyncSQLAlchemyMemory(MemoryBase):
     async def _delete_ids(self, conn: AsyncConnection, ids: Sequence[str]) -> int:
         t, k = self.messages, self.marks
         deleted = 0
-        for chunk in _chunks(ids):
+        if self._dialect == "postgresql":  # one array parameter: one statement per table
+            from sqlalchemy.dialects.postgresql import ARRAY
+
+            arr = sa.bindparam("ids", list(ids), type_=ARRAY(sa.Text()))
+            await conn.execute(sa.delete(k).where(self._where(k), k.c.msg_id == sa.any_(arr)))
+            res = await conn.execute(sa.delete(t).where(self._where(t), t.c.msg_id == sa.any_(arr)))
+            return int(res.rowcount)
+        for chunk in chunks(ids):
             await conn.execute(sa.delete(k).where(self._where(k), k.c.msg_id.in_(chunk)))
             res = await conn.execute(sa.delete(t).where(self._where(t), t.c.msg_id.in_(chunk)))
             deleted += res.rowcount
@@ -529,7 +480,7 @@ class AsyncSQLAlchemyMemory(MemoryBase):
     ) -> int:
         to_add, to_remove = normalize_marks(add), normalize_marks(remove)
         for m in to_add:
-            _check_key("a mark", m)
+            check_key("a mark", m)
         id_list = None if ids is None else list(dict.fromkeys(normalize_ids(ids)))
         t, k = self.messages, self.marks
 
@@ -548,11 +499,11 @@ class AsyncSQLAlchemyMemory(MemoryBase):
                 if id_list is None:
                     await conn.execute(sa.delete(k).where(*cond))
                 else:
-                    for chunk in _chunks(targets):
+                    for chunk in chunks(targets):
                         await conn.execute(sa.delete(k).where(*cond, k.c.msg_id.in_(chunk)))
             if to_add:
                 have: set[tuple[str, str]] = set()
-                for chunk in _chunks(targets):
+                for chunk in chunks(targets):
                     rows = await conn.execute(
                         sa.select(k.c.msg_id, k.c.mark).where(
                             self._where(k), k.c.mark.in_(to_add), k.c.msg_id.in_(chunk)
@@ -705,4 +656,5 @@ class AsyncSQLAlchemyMemory(MemoryBase):
     async def aclose(self) -> None:
         """Dispose of the engine if this object created it."""
         if self._owns_engine:
+            close_worker(self.engine.sync_engine)
             await self.engine.dispose()

@@ -1,0 +1,65 @@
+"""PostgreSQL fast path of :class:`~mnemoscope.memory.AsyncSQLAlchemyMemory`.
+
+``add(..., on_duplicate="ignore")`` is one data-modifying statement run in autocommit:
+one round trip, one commit. Its parts:
+
+``probe``, ``fresh``
+    the batch's ids not yet stored: one unique-index probe each, written as a correlated
+    scalar subquery so that the planner cannot turn it into a join that scans the
+    session (which it does on tables autovacuum has not analysed yet);
+``bump``
+    reserves ``count(fresh)`` positions on the session's counter row
+    (``INSERT ... ON CONFLICT DO UPDATE ... RETURNING``). The row lock it takes is held
+    until commit, so writers of one session are serialised exactly as on the
+    transactional path: a batch's positions are contiguous and commit order is position
+    order;
+``ins``
+    inserts the messages at those positions, ``ON CONFLICT DO NOTHING`` on the
+    ``(user_id, session_id, msg_id)`` key: an id that a concurrent writer committed while
+    this statement waited for the counter row is skipped (its reserved position stays
+    unused: positions may have gaps, never duplicates);
+``mk``
+    the marks of the inserted messages.
+
+Every probe is an equality on a full unique or primary key, so the cost of an ``add`` does
+not grow with the session nor depend on table statistics.
+"""
+
+from __future__ import annotations
+
+
+def add_ignore_sql(prefix: str) -> str:
+    """The statement; parameters ``$1`` user, ``$2`` session, ``$3`` ids, ``$4`` JSON
+    documents, ``$5`` marks (arrays in batch order, ids unique). Returns the count of
+    messages inserted."""
+    s, m, k = f"{prefix}_sessions", f"{prefix}_messages", f"{prefix}_marks"
+    return f"""
+WITH probe AS (
+  SELECT n.ord, n.msg_id, n.msg_json,
+         (SELECT o.seq FROM {m} AS o
+          WHERE o.user_id = $1::text AND o.session_id = $2::text AND o.msg_id = n.msg_id
+         ) AS stored
+  FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS n(msg_id, msg_json, ord)
+), fresh AS (
+  SELECT ord, msg_id, msg_json FROM probe WHERE stored IS NULL
+), bump AS (
+  INSERT INTO {s} AS c (user_id, session_id, last_seq)
+  SELECT $1::text, $2::text, count(*) FROM fresh
+  ON CONFLICT (user_id, session_id) DO UPDATE SET last_seq = c.last_seq + excluded.last_seq
+  RETURNING c.last_seq
+), ins AS (
+  INSERT INTO {m} (user_id, session_id, seq, msg_id, msg_json)
+  SELECT $1::text, $2::text,
+         b.last_seq - (SELECT count(*) FROM fresh) + row_number() OVER (ORDER BY f.ord),
+         f.msg_id, f.msg_json
+  FROM fresh AS f CROSS JOIN bump AS b
+  ORDER BY f.ord
+  ON CONFLICT (user_id, session_id, msg_id) DO NOTHING
+  RETURNING msg_id, seq
+), mk AS (
+  INSERT INTO {k} (user_id, session_id, msg_id, mark, seq)
+  SELECT $1::text, $2::text, i.msg_id, x.mark, i.seq
+  FROM ins AS i CROSS JOIN unnest($5::text[]) AS x(mark)
+)
+SELECT count(*) FROM ins
+"""

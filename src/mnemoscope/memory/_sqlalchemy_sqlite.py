@@ -1,0 +1,218 @@
+"""SQLite fast path of :class:`~mnemoscope.memory.AsyncSQLAlchemyMemory`.
+
+SQLAlchemy's aiosqlite adapter hands every statement, fetch, ``BEGIN`` and ``COMMIT`` to
+the driver's thread and back (about a dozen thread hops for one ``add``). Here a whole
+write (``BEGIN IMMEDIATE``, counter bump, inserts, marks, ``COMMIT``) is one function run
+by one worker thread on a plain :mod:`sqlite3` connection: one hop per call. The file,
+tables, locking (``BEGIN IMMEDIATE``, busy timeout) and transaction boundaries are the
+same as on the SQLAlchemy path, so both paths, and other processes, can share a file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import weakref
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from sqlalchemy import event
+
+from mnemoscope.memory._sqlalchemy_common import chunks, plan_add
+
+_T = TypeVar("_T")
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+# engines built by AsyncSQLAlchemyMemory.create_engine (WAL, busy timeout, BEGIN IMMEDIATE)
+CONFIGURED: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def configure_sqlite(sync_engine: Any) -> None:
+    """WAL, busy timeout, and ``BEGIN IMMEDIATE`` for write transactions."""
+
+    @event.listens_for(sync_engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (below)
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute("PRAGMA synchronous = NORMAL")
+        cur.close()
+
+    @event.listens_for(sync_engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        write = conn.get_execution_options().get("mnemoscope_write", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    CONFIGURED.add(sync_engine)
+
+
+class SQLiteWorker:
+    """One plain ``sqlite3`` connection to a database file and the one thread using it.
+
+    Args:
+        path: the database file (or a ``file:`` URI when ``uri`` is true).
+        uri: open ``path`` as an SQLite URI.
+        configure: set WAL and ``synchronous=NORMAL`` as engines built by
+            ``AsyncSQLAlchemyMemory.create_engine`` do (a busy timeout is always set).
+        busy_timeout_ms: how long a write waits for another writer's lock.
+    """
+
+    def __init__(self, path: str, *, uri: bool, configure: bool, busy_timeout_ms: int) -> None:
+        self._path, self._uri, self._configure = path, uri, configure
+        self._busy_ms = busy_timeout_ms
+        self._conn: sqlite3.Connection | None = None
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="mnemoscope-sqlite")
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            conn = sqlite3.connect(
+                self._path,
+                uri=self._uri,
+                isolation_level=None,  # we emit BEGIN IMMEDIATE / COMMIT ourselves
+                check_same_thread=False,  # only ever used by our one thread
+                timeout=self._busy_ms / 1000,
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_ms)}")
+            if self._configure:
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
+            self._conn = conn
+        return self._conn
+
+    def _call(self, fn: Callable[..., _T], args: tuple[Any, ...]) -> _T:
+        return fn(self._connection(), *args)
+
+    async def run(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(connection, *args)`` in the worker thread."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._call, fn, args)
+
+    def _close_conn(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def close(self) -> None:
+        """Close the connection (in its thread) and stop the thread."""
+        try:
+            self._executor.submit(self._close_conn)
+        except RuntimeError:  # already shut down
+            return
+        self._executor.shutdown(wait=False)
+
+
+# one worker per engine: memories of many sessions on one engine share it
+_WORKERS: weakref.WeakKeyDictionary[Any, SQLiteWorker | None] = weakref.WeakKeyDictionary()
+
+
+def sqlite_worker_for(
+    sync_engine: Any, *, configured: bool, busy_timeout_ms: int
+) -> SQLiteWorker | None:
+    """The engine's worker, or ``None`` when the database is not a plain file.
+
+    In-memory databases (one per connection) and engines that build connections
+    themselves (a ``creator``) keep the SQLAlchemy path.
+    """
+    if sync_engine in _WORKERS:
+        return _WORKERS[sync_engine]
+    url = sync_engine.url
+    database = url.database or ""
+    query = dict(url.query)
+    uri = str(query.pop("uri", "")).lower() in ("true", "1")
+    worker: SQLiteWorker | None = None
+    memory = database in ("", ":memory:") or "mode=memory" in database
+    if not memory and not query:
+        worker = SQLiteWorker(
+            database, uri=uri, configure=configured, busy_timeout_ms=busy_timeout_ms
+        )
+        weakref.finalize(sync_engine, worker.close)
+    _WORKERS[sync_engine] = worker
+    return worker
+
+
+def close_worker(sync_engine: Any) -> None:
+    worker = _WORKERS.pop(sync_engine, None)
+    if worker is not None:
+        worker.close()
+
+
+def add_sync(
+    conn: sqlite3.Connection,
+    prefix: str,
+    user: str,
+    session: str,
+    payload: list[tuple[str, str]],
+    marks: list[str],
+    on_duplicate: str,
+) -> int:
+    """The whole of ``add`` as one ``BEGIN IMMEDIATE`` ... ``COMMIT`` transaction."""
+    msgs, mark_table, sessions = f"{prefix}_messages", f"{prefix}_marks", f"{prefix}_sessions"
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        existing: dict[str, int] = {}
+        ids = list(dict.fromkeys(i for i, _ in payload))
+        for chunk in chunks(ids):
+            rows = conn.execute(
+                f"SELECT msg_id, seq FROM {msgs} WHERE user_id = ? AND session_id = ? "
+                f"AND msg_id IN ({','.join('?' * len(chunk))})",
+                (user, session, *chunk),
+            )
+            existing.update(rows)
+        new, replace = plan_add(payload, existing, on_duplicate)
+        seqs: dict[str, int] = {}
+        if new:
+            row = conn.execute(
+                f"UPDATE {sessions} SET last_seq = last_seq + ? "
+                "WHERE user_id = ? AND session_id = ? RETURNING last_seq",
+                (len(new), user, session),
+            ).fetchone()
+            if row is None:
+                conn.execute(
+                    f"INSERT INTO {sessions} (user_id, session_id, last_seq) VALUES (?, ?, ?)",
+                    (user, session, len(new)),
+                )
+                last = len(new)
+            else:
+                last = int(row[0])
+            first = last - len(new) + 1
+            seqs = {i: first + n for n, i in enumerate(new)}
+            conn.executemany(
+                f"INSERT INTO {msgs} (user_id, session_id, seq, msg_id, msg_json) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [(user, session, seqs[i], i, d) for i, d in new.items()],
+            )
+        if replace:
+            conn.executemany(
+                f"UPDATE {msgs} SET msg_json = ? "
+                "WHERE user_id = ? AND session_id = ? AND msg_id = ?",
+                [(d, user, session, i) for i, d in replace.items()],
+            )
+            for chunk in chunks(list(replace)):
+                conn.execute(
+                    f"DELETE FROM {mark_table} WHERE user_id = ? AND session_id = ? "
+                    f"AND msg_id IN ({','.join('?' * len(chunk))})",
+                    (user, session, *chunk),
+                )
+            seqs.update((i, existing[i]) for i in replace)
+        if marks and seqs:
+            conn.executemany(
+                f"INSERT INTO {mark_table} (user_id, session_id, msg_id, mark, seq) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [(user, session, i, m, q) for i, q in seqs.items() for m in marks],
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return len(new)
+
+
+def retryable(exc: sqlite3.Error) -> bool:
+    """A locked or busy file, or a concurrent duplicate insert: safe to run again."""
+    if isinstance(exc, sqlite3.IntegrityError):
+        return True
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
