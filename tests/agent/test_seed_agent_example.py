@@ -47,7 +47,9 @@ async def test_seed_example_with_openai_model_over_http(stream: bool) -> None:
         [ServerToolCall("lookup_city", {"user": "alice"}), "You live in Hangzhou."],
         api_key="test-key",
     ) as server:
-        model = OpenAIChatModel("test-model", api_key="test-key", base_url=server.base_url, stream=stream)
+        model = OpenAIChatModel(
+            "test-model", api_key="test-key", base_url=server.base_url, stream=stream
+        )
         agent = Agent(
             name="assistant",
             system_prompt="You are a helpful assistant.",
