@@ -23,8 +23,9 @@ that is never called with ``infer=False``); each turn is one ``add`` with the te
 ``"<speaker>: <text>"``, which is exactly what the native store embeds.
 
 ``--scale N`` adds a latency run at N memories in one scope: the conversations are stored
-again under a single user (as many copies as needed, each in its own ``run_id``) and every
-question is searched across all of them. Search latency includes embedding the question.
+again under a single user (as many copies as needed, each in its own ``run_id``, the last
+one cut short so that N memories are stored) and every question is searched across all
+of them. Search latency includes embedding the question.
 The benchmark prints markdown tables and never asserts.
 """
 
@@ -277,17 +278,19 @@ async def run_scale(
 ) -> list[Result]:
     """Latency with ``target`` memories in a single scope (recall is not meaningful here)."""
     results = [Result("native@scale", m) for m in MODES]
-    per_copy = sum(len(c.turns) for c in convs)
-    copies = max(1, -(-target // per_copy))
     store = LocalLongTermMemory(workdir / "scale.db", embedding_model=embedder)
     async with store:
         embedder.enabled = True
         started = time.perf_counter()
         stored = 0
-        for copy in range(copies):
+        copy = 0
+        while stored < target:  # copies of every conversation, the last one cut short
+            before = stored
             for conv in convs:
                 for session in conv.sessions:
-                    msgs = [UserMsg(t.speaker, t.text) for t in session]
+                    if stored >= target:
+                        break
+                    msgs = [UserMsg(t.speaker, t.text) for t in session[: target - stored]]
                     res = await store.record(
                         msgs,
                         user_id="everyone",
@@ -295,6 +298,9 @@ async def run_scale(
                         occurred_at=session[0].when,
                     )
                     stored += len(res.added)
+            copy += 1
+            if stored == before:  # nothing new (every turn a duplicate): stop
+                break
         elapsed = time.perf_counter() - started
         embedder.enabled = False  # questions are embedded for real
         for r in results:

@@ -150,7 +150,9 @@ class LocalEmbeddingModel(EmbeddingModelBase):
     def _encode_one(self, model: Any, texts: list[str]) -> Any:
         """One text through the model's modules: no batching, sorting or progress bar."""
         torch = self._torch
-        st_util = require("sentence_transformers.util", extra="local", feature="LocalEmbeddingModel")
+        st_util = require(
+            "sentence_transformers.util", extra="local", feature="LocalEmbeddingModel"
+        )
         before = torch.get_num_threads()
         switch = self.query_threads is not None and self.query_threads != before
         if switch:

@@ -3,8 +3,8 @@
 One matrix per user, loaded from the float32 blobs of ``ltm_memories`` on first use and
 dropped when that user's rows change (or when another connection commits: the store
 watches ``PRAGMA data_version``). Retrieval masks it by agent, run, status and expiry, so
-a scope narrower than the user costs no extra load. Brute-force cosine is a few
-milliseconds at ten thousand rows.
+a scope narrower than the user costs no extra load. Brute-force cosine is under a
+millisecond at ten thousand rows.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ reciprocal rank fusion; see the store's module docstring.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
 from collections.abc import Callable
@@ -76,64 +77,78 @@ class LocalLTMSearch:
             use = "lexical"
         if limit <= 0 or not query.strip():
             return []
-        qvec = None
-        if use != "lexical":
-            assert self.embedding_model is not None
-            await self._require_vectors()
-            qvec = await self.embedding_model.embed_one(query)
-        return await self._run(
-            lambda conn: self._search(
+        now_ts = time.time()
+        depth = max(self.candidates, limit)
+
+        def lexical(conn: sqlite3.Connection) -> list[int]:
+            return self._lexical(
+                conn, query, user_id, agent_id, run_id, now_ts, depth, include_superseded
+            )
+
+        def fuse(
+            conn: sqlite3.Connection, lexical_rids: list[int], qvec: list[float] | None
+        ) -> list[MemoryItem]:
+            scope = (user_id, agent_id, run_id)
+            return self._search(
                 conn,
-                query,
+                lexical_rids,
                 qvec,
                 use,
-                user_id,
-                agent_id,
-                run_id,
+                scope,
+                now_ts,
+                depth,
                 limit,
                 threshold,
                 include_superseded,
             )
+
+        if use == "lexical":
+            return await self._run(lambda conn: fuse(conn, lexical(conn), None))
+        assert self.embedding_model is not None
+        await self._require_vectors()
+        if use == "dense":
+            qvec = await self.embedding_model.embed_one(query)
+            return await self._run(lambda conn: fuse(conn, [], qvec))
+        # hybrid: BM25 runs in SQLite (a worker thread) while the question is embedded
+        lexical_rids, qvec = await asyncio.gather(
+            self._run(lexical), self.embedding_model.embed_one(query)
         )
+        return await self._run(lambda conn: fuse(conn, lexical_rids, qvec))
 
     def _search(
         self,
         conn: sqlite3.Connection,
-        query: str,
+        lexical: list[int],
         qvec: list[float] | None,
         mode: SearchMode,
-        user_id: str,
-        agent_id: str | None,
-        run_id: str | None,
+        scope: tuple[str, str | None, str | None],
+        now_ts: float,
+        depth: int,
         limit: int,
         threshold: float | None,
         include_superseded: bool,
     ) -> list[MemoryItem]:
-        now_ts = time.time()
-        depth = max(self.candidates, limit)
-        lexical: list[int] = []
+        user_id, agent_id, run_id = scope
         dense: list[int] = []
         cosine: dict[int, float] = {}
-        if mode != "dense":
-            lexical = self._lexical(
-                conn, query, user_id, agent_id, run_id, now_ts, depth, include_superseded
-            )
         if mode != "lexical" and qvec is not None:
             np = vec.numpy()
             matrix = self._matrix(conn, user_id)
             assert matrix is not None
-            mask = matrix.mask(
-                agent_id=agent_id,
-                run_id=run_id,
-                now=now_ts,
-                include_superseded=include_superseded,
-            )
-            rids, vectors = matrix.rids[mask], matrix.vectors[mask]
-            if rids.shape[0]:
-                sims = vectors @ vec.unit(np.asarray(qvec, dtype=np.float32))
-                best = vec.top_k(sims, depth)
-                dense = [int(rids[i]) for i in best]
-                cosine = {int(rids[i]): float(sims[i]) for i in best}
+            if matrix.rids.shape[0]:
+                mask = matrix.mask(
+                    agent_id=agent_id,
+                    run_id=run_id,
+                    now=now_ts,
+                    include_superseded=include_superseded,
+                )
+                # one product over the whole matrix (no copy of the rows in scope), then
+                # the rows out of scope are pushed below every cosine
+                sims = matrix.vectors @ vec.unit(np.asarray(qvec, dtype=np.float32))
+                sims[~mask] = -np.inf
+                best = vec.top_k(sims, min(depth, int(mask.sum())))
+                dense = [int(r) for r in matrix.rids[best]]
+                cosine = dict(zip(dense, sims[best].tolist(), strict=True))
         if mode == "dense":
             ranked = [(rid, cosine[rid]) for rid in dense]
         else:
@@ -148,9 +163,13 @@ class LocalLTMSearch:
         if not ranked:
             return []
         marks = ",".join("?" * len(ranked))
+        # status and expiry again: in hybrid mode BM25 ran in an earlier call (a write
+        # may have superseded or deleted a row since)
+        status = "" if include_superseded else "AND m.status = 'active' "
         rows = conn.execute(
-            f"SELECT {COLUMNS} FROM ltm_memories m WHERE m.rid IN ({marks})",
-            [rid for rid, _ in ranked],
+            f"SELECT {COLUMNS} FROM ltm_memories m WHERE m.rid IN ({marks}) {status}"
+            "AND (m.expires_at IS NULL OR m.expires_at > ?)",
+            [*(rid for rid, _ in ranked), now_ts],
         ).fetchall()
         by_rid = {row[0]: row for row in rows}
         return [row_to_item(by_rid[rid], score) for rid, score in ranked if rid in by_rid]
@@ -171,11 +190,14 @@ class LocalLTMSearch:
             return []
         where, params = scope_clause(user_id, agent_id, run_id)
         status = "" if include_superseded else "AND m.status = 'active' "
+        # ``ORDER BY rank`` with the weights in a ``rank MATCH`` constraint lets FTS5 sort
+        # by BM25 itself: SQLite then joins rows in rank order and stops at ``depth`` rows
+        # in scope, instead of joining every match before sorting
         rows = conn.execute(
             "SELECT m.rid FROM ltm_fts CROSS JOIN ltm_memories m ON m.rid = ltm_fts.rowid "
-            f"WHERE ltm_fts MATCH ? AND {where} {status}"
-            "AND (m.expires_at IS NULL OR m.expires_at > ?) "
-            f"ORDER BY bm25(ltm_fts, 1.0, {float(self.context_weight)}, 1.0, 1.0) LIMIT ?",
+            "WHERE ltm_fts MATCH ? AND ltm_fts.rank MATCH "
+            f"'bm25(1.0, {float(self.context_weight)!r}, 1.0, 1.0)' AND {where} {status}"
+            "AND (m.expires_at IS NULL OR m.expires_at > ?) ORDER BY ltm_fts.rank LIMIT ?",
             [match, *params, now_ts, depth],
         ).fetchall()
         return [r[0] for r in rows]
