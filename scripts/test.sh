@@ -13,4 +13,6 @@ PY="$VENV/bin/python"
 "$PY" -m pip install -q "torch==2.13.0"
 "$PY" -m pip install -q -e ".[dev]"
 "$VENV/bin/ruff" check src tests bench
+"$VENV/bin/ruff" format --check src tests bench
+"$VENV/bin/mypy"
 "$PY" -m pytest "$@"

@@ -3,10 +3,12 @@ missing extras."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -364,3 +366,166 @@ def test_missing_sql_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setitem(sys.modules, "asyncpg", None)
     with pytest.raises(MissingExtraError, match=r"pip install 'mnemoscope\[sql\]'"):
         AsyncSQLAlchemyMemory("postgresql+asyncpg://nobody@127.0.0.1:1/none")
+
+
+# ------------------------------------------------------------------ MariaDB fast path
+@pytest.fixture
+async def mariadb_memory(mariadb_url: str, unique_id: str) -> Any:
+    """``(memory, statements, kill)``: the SQL statements its engine sent, and a coroutine
+    that kills the engine's server connections (returns how many)."""
+    import sqlalchemy as sa
+
+    from mnemoscope.memory import AsyncSQLAlchemyMemory
+
+    engine = AsyncSQLAlchemyMemory.create_engine(mariadb_url)
+    admin = AsyncSQLAlchemyMemory.create_engine(mariadb_url)
+    statements: list[str] = []
+    thread_ids: set[int] = set()
+
+    @sa.event.listens_for(engine.sync_engine, "before_cursor_execute")
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    @sa.event.listens_for(engine.sync_engine, "connect")
+    def remember(dbapi_conn: Any, record: Any) -> None:
+        thread_ids.add(dbapi_conn.driver_connection.server_thread_id[0])
+
+    async def kill() -> int:
+        killed = 0
+        async with admin.connect() as conn:
+            for tid in sorted(thread_ids):
+                try:
+                    await conn.exec_driver_sql(f"KILL CONNECTION {int(tid)}")
+                    killed += 1
+                except sa.exc.DBAPIError:  # already gone
+                    pass
+                thread_ids.discard(tid)
+        return killed
+
+    mem = AsyncSQLAlchemyMemory(engine, user_id=unique_id)
+    yield mem, statements, kill
+    await mem.clear()
+    await engine.dispose()
+    await admin.dispose()
+
+
+async def _seqs(mem: Any) -> list[tuple[str, int]]:
+    import sqlalchemy as sa
+
+    t = mem.messages
+    async with mem.engine.connect() as conn:
+        rows = await conn.execute(
+            sa.select(t.c.msg_id, t.c.seq).where(mem._where(t)).order_by(t.c.seq)
+        )
+        return [(r[0], r[1]) for r in rows]
+
+
+@pytest.mark.services
+async def test_mariadb_ignore_add_is_one_statement(mariadb_memory: Any) -> None:
+    mem, statements, _ = mariadb_memory
+    a, b, c = UserMsg("u", "a"), UserMsg("u", "b"), UserMsg("u", "c")
+    await mem.add(a)  # creates the tables and the session's counter row
+    statements.clear()
+    assert await mem.add(b, marks="hint") == 1
+    assert len(statements) == 1 and statements[0].startswith("BEGIN NOT ATOMIC")
+    # stored ids and repeats inside the batch are skipped; positions stay contiguous
+    assert await mem.add([a, c, c, UserMsg("u", "d")], marks=["x", "hint"]) == 2
+    assert await mem.add([a, b]) == 0
+    assert await mem.add(a, marks="late") == 0  # one stored message: rolled back, no position
+    assert len(statements) == 4
+    seqs = await _seqs(mem)
+    assert [s for _, s in seqs] == [1, 2, 3, 4]
+    assert [i for i, _ in seqs][:3] == [a.id, b.id, c.id]
+    assert await mem.get_marks(a.id) == []  # an ignored duplicate gets no marks
+    assert await mem.get_marks(b.id) == ["hint"]
+    assert await mem.get_marks(c.id) == ["hint", "x"]
+    assert [m.get_text_content() for m in await mem.get(marks="x")] == ["c", "d"]
+    # the modes that may change stored rows keep the transactional path
+    statements.clear()
+    await mem.add(UserMsg("u", "e"), on_duplicate="error")
+    assert len(statements) > 1
+
+
+@pytest.mark.services
+async def test_mariadb_failed_add_block_stores_nothing(mariadb_memory: Any) -> None:
+    import sqlalchemy as sa
+
+    mem, _, _ = mariadb_memory
+    await mem.add(UserMsg("u", "first"))
+    doomed = UserMsg("u", "doomed")
+    # a foreign orphan mark row makes the block's last INSERT fail after the message INSERT
+    k = mem.marks
+    async with mem.engine.begin() as conn:
+        await conn.execute(
+            sa.insert(k).values(
+                user_id=mem.user_id, session_id=mem.session_id, msg_id=doomed.id, mark="m", seq=9
+            )
+        )
+    with pytest.raises(MemoryStoreError):
+        await mem.add(doomed, marks="m")
+    with pytest.raises(MemoryStoreError):  # the batch form of the block
+        await mem.add([UserMsg("u", "other"), doomed], marks="m")
+    assert [m.get_text_content() for m in await mem.get()] == ["first"]
+    async with mem.engine.begin() as conn:
+        await conn.execute(sa.delete(k).where(mem._where(k), k.c.msg_id == doomed.id))
+    assert await mem.add(doomed, marks="m") == 1
+    assert [s for _, s in await _seqs(mem)] == [1, 2]  # the failed attempts took no position
+
+
+@pytest.mark.services
+async def test_mariadb_add_survives_killed_connections(mariadb_memory: Any) -> None:
+    mem, _, kill = mariadb_memory
+    added = []
+    for i in range(4):
+        assert await kill() >= (1 if i else 0)
+        pair = [UserMsg("bot", f"{i}:use"), UserMsg("bot", f"{i}:result")]
+        assert await mem.add(pair, marks="pair") == 2
+        added += pair
+    assert [m.id for m in await mem.get(marks="pair")] == [m.id for m in added]
+
+    async def writer() -> list[int]:
+        ok = []
+        for i in range(4, 40):
+            pair = [UserMsg("bot", f"{i}:use"), UserMsg("bot", f"{i}:result")]
+            try:
+                await mem.add(pair)
+                ok.append(i)
+            except MemoryStoreError:  # every attempt hit a kill: allowed, must be whole
+                pass
+        return ok
+
+    async def killer() -> None:
+        for _ in range(15):
+            await asyncio.sleep(0.004)
+            await kill()
+
+    ok, _ = await asyncio.gather(writer(), killer())
+    got = [m.get_text_content() for m in await mem.get()]
+    assert len(got) == len(set(got))
+    for i in range(40):
+        use = f"{i}:use"
+        assert (use in got) == (f"{i}:result" in got)
+        if use in got:
+            assert got[got.index(use) + 1] == f"{i}:result"
+    assert all(f"{i}:use" in got for i in ok)
+    assert len(ok) >= 20
+
+
+@pytest.mark.services
+async def test_mariadb_delete_in_chunks(
+    mariadb_memory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mnemoscope.memory import _sqlalchemy_mysql
+
+    mem, statements, _ = mariadb_memory
+    msgs = [UserMsg("u", str(i)) for i in range(7)]
+    await mem.add(msgs, marks="m")
+    monkeypatch.setattr(_sqlalchemy_mysql, "DELETE_CHUNK", 3)
+    statements.clear()
+    doomed = [m.id for m in msgs[::2]] + ["absent"]
+    assert await mem.delete(doomed) == 4
+    assert len(statements) == 4  # two chunks, marks then messages
+    assert [m.get_text_content() for m in await mem.get()] == ["1", "3", "5"]
+    assert [m.get_text_content() for m in await mem.get(marks="m")] == ["1", "3", "5"]
+    assert await mem.get_marks(msgs[0].id) is None
+    assert await mem.delete_by_mark("m") == 3 and await mem.size() == 0

@@ -35,7 +35,8 @@ file.
 Fast paths (same tables, same locks): on a SQLite file an ``add`` runs entirely
 (``BEGIN IMMEDIATE`` ... ``COMMIT``) as one call of a worker thread on a plain ``sqlite3``
 connection (``_sqlalchemy_sqlite``); on PostgreSQL ``add(..., on_duplicate="ignore")`` is
-one data-modifying statement in autocommit (``_sqlalchemy_pg``).
+one data-modifying statement in autocommit (``_sqlalchemy_pg``); on MariaDB it is one
+anonymous compound statement that runs its own transaction (``_sqlalchemy_mysql``).
 
 A dropped connection, a deadlock or a locked SQLite file is retried; only when the
 connection drops *during* ``COMMIT`` of ``add(..., on_duplicate="error")`` (outcome unknown)
@@ -76,6 +77,7 @@ from sqlalchemy.ext.asyncio import (  # noqa: E402
     create_async_engine,
 )
 
+from mnemoscope.memory import _sqlalchemy_mysql as mariadb  # noqa: E402
 from mnemoscope.memory._sqlalchemy_common import (  # noqa: E402 (needs sqlalchemy)
     check_key,
     chunks,
@@ -399,6 +401,20 @@ class AsyncSQLAlchemyMemory(MemoryBase):
                 return int(result.scalar_one())
 
             return await self._run(one_statement, write="autocommit", what="add")
+        if on_duplicate == "ignore" and self._dialect in ("mysql", "mariadb"):
+            await self._ensure_tables()  # connects: the dialect knows the server after that
+            if mariadb.supports_block(self.engine.dialect):
+                first = first_occurrences(payload)
+                sql, args = mariadb.add_ignore_statement(
+                    self.table_prefix, self.user_id, self.session_id, first, mark_list
+                )
+
+                async def block(conn: AsyncConnection) -> int:
+                    result = await conn.exec_driver_sql(sql, args)
+                    return int(result.scalar_one())
+
+                # the block commits itself: run it as a read (no COMMIT round trip after it)
+                return await self._run(block, write=False, what="add")
 
         async def work(conn: AsyncConnection) -> int:
             existing = await self._existing(conn, [i for i, _ in payload])
@@ -441,6 +457,13 @@ class AsyncSQLAlchemyMemory(MemoryBase):
             await conn.execute(sa.delete(k).where(self._where(k), k.c.msg_id == sa.any_(arr)))
             res = await conn.execute(sa.delete(t).where(self._where(t), t.c.msg_id == sa.any_(arr)))
             return int(res.rowcount)
+        if self._dialect in ("mysql", "mariadb"):
+            for chunk in chunks(ids, mariadb.DELETE_CHUNK):
+                marks_sql, msgs_sql = mariadb.delete_ids_sql(self.table_prefix, len(chunk))
+                args = (self.user_id, self.session_id, *chunk)
+                await conn.exec_driver_sql(marks_sql, args)
+                deleted += (await conn.exec_driver_sql(msgs_sql, args)).rowcount
+            return deleted
         for chunk in chunks(ids):
             await conn.execute(sa.delete(k).where(self._where(k), k.c.msg_id.in_(chunk)))
             res = await conn.execute(sa.delete(t).where(self._where(t), t.c.msg_id.in_(chunk)))
