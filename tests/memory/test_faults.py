@@ -1,4 +1,8 @@
-"""Connections killed by the server mid-sequence: operations recover, batches stay whole."""
+"""Connections killed by the server mid-sequence: operations recover, batches stay whole.
+
+Redis ``CLIENT KILL``, PostgreSQL ``pg_terminate_backend`` and MariaDB ``KILL CONNECTION``
+run against the same two scenarios.
+"""
 
 from __future__ import annotations
 
@@ -115,15 +119,16 @@ async def test_redis_unsafe_add_reports_unknown_outcome(redis_url: str, unique_i
     mem = RedisMemory.from_url(redis_url, user_id=unique_id, socket_timeout=0.2)
     admin = aioredis.Redis.from_url(redis_url)
     await mem.size()
-    # keep the server busy for 0.6 s so that our reply times out after the send
-    busy = asyncio.create_task(
-        admin.eval(
+
+    async def hog() -> Any:  # keep the server busy for 0.6 s: our reply times out after the send
+        return await admin.eval(
             "local t = redis.call('TIME'); local s = t[1] * 1e6 + t[2]; "
             "repeat local n = redis.call('TIME') until n[1] * 1e6 + n[2] > s + 600000 "
             "return 1",
             0,
         )
-    )
+
+    busy = asyncio.create_task(hog())
     await asyncio.sleep(0.05)
     pair = [UserMsg("bot", "use"), UserMsg("bot", "result")]
     with pytest.raises(MemoryStoreError, match="entirely or not at all"):
@@ -175,3 +180,47 @@ async def test_postgres_terminate_backend_between_operations(postgres_pair: Any)
 @pytest.mark.services
 async def test_postgres_terminate_backend_in_flight(postgres_pair: Any) -> None:
     await _in_flight_kills_never_split_a_batch(*postgres_pair)
+
+
+# ----------------------------------------------------------------------- MariaDB
+@pytest.fixture
+async def mariadb_pair(mariadb_url: str, unique_id: str) -> Any:
+    import sqlalchemy as sa
+
+    from mnemoscope.memory import AsyncSQLAlchemyMemory
+
+    engine = AsyncSQLAlchemyMemory.create_engine(mariadb_url)
+    mem = AsyncSQLAlchemyMemory(engine, user_id=unique_id)
+    admin = AsyncSQLAlchemyMemory.create_engine(mariadb_url)
+    thread_ids: set[int] = set()  # server thread id of every connection the engine opened
+
+    @sa.event.listens_for(engine.sync_engine, "connect")
+    def remember(dbapi_conn: Any, _record: Any) -> None:
+        thread_ids.add(dbapi_conn.driver_connection.server_thread_id[0])
+
+    async def kill() -> int:
+        killed = 0
+        async with admin.connect() as conn:
+            for tid in sorted(thread_ids):
+                thread_ids.discard(tid)
+                try:
+                    await conn.exec_driver_sql(f"KILL CONNECTION {int(tid)}")
+                    killed += 1
+                except sa.exc.DBAPIError:  # already closed by the engine
+                    pass
+        return killed
+
+    yield mem, kill
+    await mem.clear()
+    await engine.dispose()
+    await admin.dispose()
+
+
+@pytest.mark.services
+async def test_mariadb_kill_connection_between_operations(mariadb_pair: Any) -> None:
+    await _sequence_survives_kills(*mariadb_pair)
+
+
+@pytest.mark.services
+async def test_mariadb_kill_connection_in_flight(mariadb_pair: Any) -> None:
+    await _in_flight_kills_never_split_a_batch(*mariadb_pair)

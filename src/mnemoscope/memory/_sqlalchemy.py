@@ -32,11 +32,12 @@ transaction (a batch is stored entirely or not at all). SQLite engines built her
 WAL, a busy timeout and ``BEGIN IMMEDIATE`` for writes, so several processes can share one
 file.
 
-Fast paths (same tables, same locks): on a SQLite file an ``add`` runs entirely
-(``BEGIN IMMEDIATE`` ... ``COMMIT``) as one call of a worker thread on a plain ``sqlite3``
-connection (``_sqlalchemy_sqlite``); on PostgreSQL ``add(..., on_duplicate="ignore")`` is
-one data-modifying statement in autocommit (``_sqlalchemy_pg``); on MariaDB it is one
-anonymous compound statement that runs its own transaction (``_sqlalchemy_mysql``).
+Fast paths (same tables, same locks): on a SQLite file an ``add``, ``delete``,
+``delete_by_mark`` or ``clear`` runs entirely (``BEGIN IMMEDIATE`` ... ``COMMIT``) as one
+call of a worker thread on a plain ``sqlite3`` connection (``_sqlalchemy_sqlite``); on
+PostgreSQL ``add(..., on_duplicate="ignore")`` is one data-modifying statement in
+autocommit (``_sqlalchemy_pg``); on MariaDB it is one anonymous compound statement that
+runs its own transaction (``_sqlalchemy_mysql``).
 
 A dropped connection, a deadlock or a locked SQLite file is retried; only when the
 connection drops *during* ``COMMIT`` of ``add(..., on_duplicate="error")`` (outcome unknown)
@@ -92,8 +93,11 @@ from mnemoscope.memory._sqlalchemy_sqlite import (  # noqa: E402
     SQLITE_BUSY_TIMEOUT_MS,
     SQLiteWorker,
     add_sync,
+    clear_sync,
     close_worker,
     configure_sqlite,
+    delete_by_mark_sync,
+    delete_sync,
     sqlite_worker_for,
 )
 from mnemoscope.memory._sqlalchemy_sqlite import retryable as sqlite_retryable  # noqa: E402
@@ -185,6 +189,7 @@ class AsyncSQLAlchemyMemory(MemoryBase):
                 sync, configured=sync in CONFIGURED, busy_timeout_ms=SQLITE_BUSY_TIMEOUT_MS
             )
         self._add_ignore_sql = add_ignore_sql(table_prefix)
+        self._key = (table_prefix, user_id, session_id)  # of the SQLite fast path's functions
 
     @staticmethod
     def create_engine(url: str, **engine_kwargs: Any) -> AsyncEngine:
@@ -378,9 +383,7 @@ class AsyncSQLAlchemyMemory(MemoryBase):
         if self._sqlite is not None:  # the whole add in one call of the worker thread
             return await self._run_sqlite(
                 add_sync,
-                self.table_prefix,
-                self.user_id,
-                self.session_id,
+                *self._key,
                 payload,
                 mark_list,
                 on_duplicate,
@@ -474,6 +477,8 @@ class AsyncSQLAlchemyMemory(MemoryBase):
         id_list = list(dict.fromkeys(normalize_ids(ids)))
         if not id_list:
             return 0
+        if self._sqlite is not None:
+            return await self._run_sqlite(delete_sync, *self._key, id_list, what="delete")
 
         async def work(conn: AsyncConnection) -> int:
             return await self._delete_ids(conn, id_list)
@@ -484,6 +489,10 @@ class AsyncSQLAlchemyMemory(MemoryBase):
         mark_list = normalize_marks(marks)
         if not mark_list:
             return 0
+        if self._sqlite is not None:
+            return await self._run_sqlite(
+                delete_by_mark_sync, *self._key, mark_list, what="delete_by_mark"
+            )
         k = self.marks
 
         async def work(conn: AsyncConnection) -> int:
@@ -545,9 +554,10 @@ class AsyncSQLAlchemyMemory(MemoryBase):
         return await self._run(work, write=True, what="update_marks")
 
     async def clear(self) -> None:
-        t, k = self.messages, self.marks
-
-        c = self.sessions
+        if self._sqlite is not None:
+            await self._run_sqlite(clear_sync, *self._key, what="clear")
+            return
+        t, k, c = self.messages, self.marks, self.sessions
 
         async def work(conn: AsyncConnection) -> None:
             # the counter row first: waits for in-flight adds of the session to commit

@@ -3,7 +3,8 @@
 SQLAlchemy's aiosqlite adapter hands every statement, fetch, ``BEGIN`` and ``COMMIT`` to
 the driver's thread and back (about a dozen thread hops for one ``add``). Here a whole
 write (``BEGIN IMMEDIATE``, counter bump, inserts, marks, ``COMMIT``) is one function run
-by one worker thread on a plain :mod:`sqlite3` connection: one hop per call. The file,
+by one worker thread on a plain :mod:`sqlite3` connection: one hop per call. ``delete``,
+``delete_by_mark`` and ``clear`` run the same way (messages and marks in one transaction). The file,
 tables, locking (``BEGIN IMMEDIATE``, busy timeout) and transaction boundaries are the
 same as on the SQLAlchemy path, so both paths, and other processes, can share a file.
 """
@@ -138,6 +139,86 @@ def close_worker(sync_engine: Any) -> None:
         worker.close()
 
 
+def _in(n: int) -> str:
+    return f"IN ({','.join('?' * n)})"
+
+
+def _write(conn: sqlite3.Connection, fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(conn, *args)`` as one ``BEGIN IMMEDIATE`` ... ``COMMIT`` transaction."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = fn(conn, *args)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return result
+
+
+def _add(
+    conn: sqlite3.Connection,
+    prefix: str,
+    user: str,
+    session: str,
+    payload: list[tuple[str, str]],
+    marks: list[str],
+    on_duplicate: str,
+) -> int:
+    msgs, mark_table, sessions = f"{prefix}_messages", f"{prefix}_marks", f"{prefix}_sessions"
+    existing: dict[str, int] = {}
+    ids = list(dict.fromkeys(i for i, _ in payload))
+    for chunk in chunks(ids):
+        rows = conn.execute(
+            f"SELECT msg_id, seq FROM {msgs} WHERE user_id = ? AND session_id = ? "
+            f"AND msg_id {_in(len(chunk))}",
+            (user, session, *chunk),
+        )
+        existing.update(rows)
+    new, replace = plan_add(payload, existing, on_duplicate)
+    seqs: dict[str, int] = {}
+    if new:
+        row = conn.execute(
+            f"UPDATE {sessions} SET last_seq = last_seq + ? "
+            "WHERE user_id = ? AND session_id = ? RETURNING last_seq",
+            (len(new), user, session),
+        ).fetchone()
+        if row is None:
+            conn.execute(
+                f"INSERT INTO {sessions} (user_id, session_id, last_seq) VALUES (?, ?, ?)",
+                (user, session, len(new)),
+            )
+            last = len(new)
+        else:
+            last = int(row[0])
+        first = last - len(new) + 1
+        seqs = {i: first + n for n, i in enumerate(new)}
+        conn.executemany(
+            f"INSERT INTO {msgs} (user_id, session_id, seq, msg_id, msg_json) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [(user, session, seqs[i], i, d) for i, d in new.items()],
+        )
+    if replace:
+        conn.executemany(
+            f"UPDATE {msgs} SET msg_json = ? WHERE user_id = ? AND session_id = ? AND msg_id = ?",
+            [(d, user, session, i) for i, d in replace.items()],
+        )
+        for chunk in chunks(list(replace)):
+            conn.execute(
+                f"DELETE FROM {mark_table} WHERE user_id = ? AND session_id = ? "
+                f"AND msg_id {_in(len(chunk))}",
+                (user, session, *chunk),
+            )
+        seqs.update((i, existing[i]) for i in replace)
+    if marks and seqs:
+        conn.executemany(
+            f"INSERT INTO {mark_table} (user_id, session_id, msg_id, mark, seq) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [(user, session, i, m, q) for i, q in seqs.items() for m in marks],
+        )
+    return len(new)
+
+
 def add_sync(
     conn: sqlite3.Connection,
     prefix: str,
@@ -148,66 +229,65 @@ def add_sync(
     on_duplicate: str,
 ) -> int:
     """The whole of ``add`` as one ``BEGIN IMMEDIATE`` ... ``COMMIT`` transaction."""
-    msgs, mark_table, sessions = f"{prefix}_messages", f"{prefix}_marks", f"{prefix}_sessions"
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        existing: dict[str, int] = {}
-        ids = list(dict.fromkeys(i for i, _ in payload))
-        for chunk in chunks(ids):
-            rows = conn.execute(
-                f"SELECT msg_id, seq FROM {msgs} WHERE user_id = ? AND session_id = ? "
-                f"AND msg_id IN ({','.join('?' * len(chunk))})",
-                (user, session, *chunk),
-            )
-            existing.update(rows)
-        new, replace = plan_add(payload, existing, on_duplicate)
-        seqs: dict[str, int] = {}
-        if new:
-            row = conn.execute(
-                f"UPDATE {sessions} SET last_seq = last_seq + ? "
-                "WHERE user_id = ? AND session_id = ? RETURNING last_seq",
-                (len(new), user, session),
-            ).fetchone()
-            if row is None:
-                conn.execute(
-                    f"INSERT INTO {sessions} (user_id, session_id, last_seq) VALUES (?, ?, ?)",
-                    (user, session, len(new)),
-                )
-                last = len(new)
-            else:
-                last = int(row[0])
-            first = last - len(new) + 1
-            seqs = {i: first + n for n, i in enumerate(new)}
-            conn.executemany(
-                f"INSERT INTO {msgs} (user_id, session_id, seq, msg_id, msg_json) "
-                "VALUES (?, ?, ?, ?, ?)",
-                [(user, session, seqs[i], i, d) for i, d in new.items()],
-            )
-        if replace:
-            conn.executemany(
-                f"UPDATE {msgs} SET msg_json = ? "
-                "WHERE user_id = ? AND session_id = ? AND msg_id = ?",
-                [(d, user, session, i) for i, d in replace.items()],
-            )
-            for chunk in chunks(list(replace)):
-                conn.execute(
-                    f"DELETE FROM {mark_table} WHERE user_id = ? AND session_id = ? "
-                    f"AND msg_id IN ({','.join('?' * len(chunk))})",
-                    (user, session, *chunk),
-                )
-            seqs.update((i, existing[i]) for i in replace)
-        if marks and seqs:
-            conn.executemany(
-                f"INSERT INTO {mark_table} (user_id, session_id, msg_id, mark, seq) "
-                "VALUES (?, ?, ?, ?, ?)",
-                [(user, session, i, m, q) for i, q in seqs.items() for m in marks],
-            )
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    return len(new)
+    return _write(conn, _add, prefix, user, session, payload, marks, on_duplicate)
+
+
+def _delete_ids(
+    conn: sqlite3.Connection, prefix: str, user: str, session: str, ids: list[str]
+) -> int:
+    """Delete the messages ``ids`` and all their marks (inside the caller's transaction)."""
+    deleted = 0
+    for chunk in chunks(ids):
+        args = (user, session, *chunk)
+        conn.execute(
+            f"DELETE FROM {prefix}_marks WHERE user_id = ? AND session_id = ? "
+            f"AND msg_id {_in(len(chunk))}",
+            args,
+        )
+        deleted += conn.execute(
+            f"DELETE FROM {prefix}_messages WHERE user_id = ? AND session_id = ? "
+            f"AND msg_id {_in(len(chunk))}",
+            args,
+        ).rowcount
+    return deleted
+
+
+def delete_sync(
+    conn: sqlite3.Connection, prefix: str, user: str, session: str, ids: list[str]
+) -> int:
+    """``delete``: the messages and their marks in one transaction; how many were stored."""
+    return _write(conn, _delete_ids, prefix, user, session, ids)
+
+
+def _delete_by_mark(
+    conn: sqlite3.Connection, prefix: str, user: str, session: str, marks: list[str]
+) -> int:
+    rows = conn.execute(
+        f"SELECT DISTINCT msg_id FROM {prefix}_marks WHERE user_id = ? AND session_id = ? "
+        f"AND mark {_in(len(marks))}",
+        (user, session, *marks),
+    )
+    return _delete_ids(conn, prefix, user, session, [r[0] for r in rows])
+
+
+def delete_by_mark_sync(
+    conn: sqlite3.Connection, prefix: str, user: str, session: str, marks: list[str]
+) -> int:
+    """``delete_by_mark``: find and delete in one transaction; how many messages went."""
+    return _write(conn, _delete_by_mark, prefix, user, session, marks)
+
+
+def _clear(conn: sqlite3.Connection, prefix: str, user: str, session: str) -> None:
+    # the counter row first, as on the SQLAlchemy path (BEGIN IMMEDIATE already serialises)
+    for table in ("sessions", "marks", "messages"):
+        conn.execute(
+            f"DELETE FROM {prefix}_{table} WHERE user_id = ? AND session_id = ?", (user, session)
+        )
+
+
+def clear_sync(conn: sqlite3.Connection, prefix: str, user: str, session: str) -> None:
+    """``clear``: the session's counter, marks and messages in one transaction."""
+    _write(conn, _clear, prefix, user, session)
 
 
 def retryable(exc: sqlite3.Error) -> bool:
