@@ -53,6 +53,8 @@ async def test_add_rejects_non_messages(make_memory: MakeMemory) -> None:
         await mem.add(["not a message"])  # type: ignore[list-item]
     with pytest.raises(UserError):
         await mem.add(UserMsg("a", "x"), marks=[""])
+    with pytest.raises(UserError, match="on_duplicate must be 'ignore', 'replace' or 'error'"):
+        await mem.add(UserMsg("a", "x"), on_duplicate="skip")  # type: ignore[arg-type]
     assert await mem.size() == 0
 
 

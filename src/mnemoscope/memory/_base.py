@@ -79,6 +79,25 @@ def normalize_msgs(msgs: Msg | Sequence[Msg] | None) -> list[Msg]:
     return items
 
 
+ON_DUPLICATE_CHOICES = ("ignore", "replace", "error")
+
+
+def check_on_duplicate(on_duplicate: str) -> None:
+    """Raise a clear error for an unknown ``on_duplicate`` value."""
+    if on_duplicate not in ON_DUPLICATE_CHOICES:
+        raise UserError(
+            f"on_duplicate must be 'ignore', 'replace' or 'error', got {on_duplicate!r}"
+        )
+
+
+def prepare_add(
+    msgs: Msg | Sequence[Msg] | None, marks: Marks, on_duplicate: str
+) -> tuple[list[Msg], list[str]]:
+    """Validate the arguments of :meth:`MemoryBase.add` (shared by the backends)."""
+    check_on_duplicate(on_duplicate)
+    return normalize_msgs(msgs), normalize_marks(marks)
+
+
 def normalize_ids(ids: str | Iterable[str]) -> list[str]:
     return [ids] if isinstance(ids, str) else list(ids)
 

@@ -19,6 +19,7 @@ from mnemoscope.memory._base import (
     MemoryBase,
     OnCorrupt,
     OnDuplicate,
+    check_on_duplicate,
     normalize_ids,
     normalize_marks,
     normalize_msgs,
@@ -50,6 +51,7 @@ class InMemoryMemory(MemoryBase):
         *,
         on_duplicate: OnDuplicate = "ignore",
     ) -> int:
+        check_on_duplicate(on_duplicate)
         items = (msgs,) if isinstance(msgs, Msg) else normalize_msgs(msgs)
         mark_list = normalize_marks(marks) if marks is not None else []
         stored = self._msgs

@@ -54,7 +54,7 @@ from mnemoscope.memory._base import (
     StoredMsg,
     normalize_ids,
     normalize_marks,
-    normalize_msgs,
+    prepare_add,
 )
 from mnemoscope.message import Msg
 
@@ -464,12 +464,7 @@ class RedisMemory(MemoryBase):
         *,
         on_duplicate: OnDuplicate = "ignore",
     ) -> int:
-        items = normalize_msgs(msgs)
-        mark_list = normalize_marks(marks)
-        if on_duplicate not in ("ignore", "replace", "error"):
-            raise UserError(
-                f"on_duplicate must be 'ignore', 'replace' or 'error', got {on_duplicate!r}"
-            )
+        items, mark_list = prepare_add(msgs, marks, on_duplicate)
         if not items:
             return 0
         args: list[Any] = [on_duplicate, json.dumps(mark_list)]
