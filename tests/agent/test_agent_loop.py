@@ -234,3 +234,16 @@ async def test_cancelled_reply_stores_no_dangling_tool_use() -> None:
     stored = await memory.get()
     assert [m.role for m in stored] == ["user"]
     assert not any(isinstance(b, ToolResultBlock) for m in stored for b in m.content)
+
+
+async def test_max_history_messages_bounds_what_is_loaded() -> None:
+    memory = InMemoryMemory()
+    agent, model = make_agent(["a1", "a2", "a3"], memory=memory, max_history_messages=2)
+    await agent.reply("q1")
+    await agent.reply("q2")
+    await agent.reply("q3")
+    seen = [m.get_text_content() for m in model.calls[2].messages[1:]]
+    # only the two latest stored messages, then the current question
+    assert seen == ["q2", "a2", "q3"]
+    with pytest.raises(UserError, match="max_history_messages"):
+        Agent(name="a", system_prompt="s", model=model, max_history_messages=-1)

@@ -60,6 +60,9 @@ class Agent:
         memory: short-term memory; a fresh :class:`InMemoryMemory` by default.
         max_iters: maximum reasoning steps per reply.
         max_context_tokens: token budget of one model input (``None``: no budget).
+        max_history_messages: load at most this many of the latest stored messages per
+            reply (``None``: the whole session). Bounds the read from a large session
+            store; the token budget then decides what of it the model sees.
         user_name: name given to string inputs turned into user messages.
     """
 
@@ -73,12 +76,17 @@ class Agent:
         memory: MemoryBase | None = None,
         max_iters: int = 10,
         max_context_tokens: int | None = None,
+        max_history_messages: int | None = None,
         user_name: str = "user",
     ) -> None:
         if not isinstance(model, ChatModelBase):
             raise UserError(f"model must be a ChatModelBase, got {type(model).__name__}")
         if max_iters < 1:
             raise UserError(f"max_iters must be at least 1, got {max_iters}")
+        if max_history_messages is not None and max_history_messages < 0:
+            raise UserError(
+                f"max_history_messages must be None or >= 0, got {max_history_messages}"
+            )
         self.name = name
         self.system_prompt = system_prompt
         self.model = model
@@ -86,6 +94,7 @@ class Agent:
         self.middlewares = list(middlewares or [])
         self.memory = memory if memory is not None else InMemoryMemory()
         self.max_iters = max_iters
+        self.max_history_messages = max_history_messages
         self.user_name = user_name
         self.context_builder = ContextBuilder(max_context_tokens, model.count_tokens)
         self.state = AgentState()
@@ -144,7 +153,9 @@ class Agent:
 
     # ------------------------------------------------------------------- loop
     async def _reply_core(self, ctx: ReplyContext) -> AsyncIterator[AgentEvent]:
-        ctx.history = await self.memory.get(exclude_marks=list(HISTORY_EXCLUDED_MARKS))
+        ctx.history = await self.memory.get(
+            last_n=self.max_history_messages, exclude_marks=list(HISTORY_EXCLUDED_MARKS)
+        )
         await self.memory.add(ctx.input)
         for iteration in range(1, self.max_iters + 1):
             yield ReasoningStartEvent(reply_id=ctx.reply_id, iteration=iteration)
