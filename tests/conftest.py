@@ -85,3 +85,49 @@ def unique_id() -> str:
 def service_checker():  # type: ignore[no-untyped-def]
     """The ``require_service(name, host, port)`` function, for tests that decide at run time."""
     return require_service
+
+
+# Docker: the tests need an engine (Docker, or podman's Docker-compatible API) and an image that
+# is already on it, since no registry is reachable here. `bash scripts/podman-docker.sh` sets up
+# both from Debian's packages; MNEMOSCOPE_REQUIRE_DOCKER=1 (set by .ci/run when that worked)
+# turns these skips into failures.
+DOCKER_IMAGE = os.environ.get("MNEMOSCOPE_DOCKER_IMAGE", "localhost/mnemoscope-test:latest")
+REQUIRE_DOCKER = os.environ.get("MNEMOSCOPE_REQUIRE_DOCKER") == "1"
+
+
+def _docker_reason() -> str | None:
+    try:
+        import docker
+    except ImportError:
+        return "the 'docker' extra is not installed (pip install 'mnemoscope[docker]')"
+    try:
+        client = docker.from_env(timeout=10)
+    except Exception as exc:
+        return f"no Docker engine configured ({exc}); run `bash scripts/podman-docker.sh` as root"
+    try:
+        client.ping()
+        client.images.get(DOCKER_IMAGE)
+    except docker.errors.ImageNotFound:
+        return (
+            f"image {DOCKER_IMAGE} is not on the engine and cannot be pulled here; "
+            "build it with `bash scripts/podman-docker.sh` or set MNEMOSCOPE_DOCKER_IMAGE"
+        )
+    except Exception as exc:
+        return (
+            f"no Docker engine reachable ({type(exc).__name__}); start dockerd, or run "
+            "`bash scripts/podman-docker.sh` as root and export the DOCKER_HOST it prints"
+        )
+    finally:
+        client.close()
+    return None
+
+
+@pytest.fixture(scope="session")
+def docker_image() -> str:
+    """The image Docker tests run (skips, or fails under MNEMOSCOPE_REQUIRE_DOCKER=1)."""
+    reason = _docker_reason()
+    if reason:
+        if REQUIRE_DOCKER:
+            pytest.fail(reason + " (MNEMOSCOPE_REQUIRE_DOCKER=1 forbids skipping)")
+        pytest.skip(reason)
+    return DOCKER_IMAGE

@@ -32,21 +32,7 @@ NOTE = render_memory_file(
 )
 
 
-def _docker_reason() -> str | None:
-    try:
-        import docker
-    except ImportError:
-        return "the 'docker' extra is not installed"
-    try:
-        client = docker.from_env()
-        client.ping()
-        client.close()
-    except Exception as exc:
-        return f"no Docker engine reachable ({type(exc).__name__}); start dockerd to run this"
-    return None
-
-
-def make_workspace(kind: str, tmp_path: Path) -> WorkspaceBase:
+def make_workspace(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> WorkspaceBase:
     if kind == "bubblewrap":
         if shutil.which("bwrap") is None:
             msg = "bubblewrap is not installed (apt-get install bubblewrap)"
@@ -55,10 +41,7 @@ def make_workspace(kind: str, tmp_path: Path) -> WorkspaceBase:
             pytest.skip(msg)
         return BubblewrapWorkspace(workdir=str(tmp_path / "sandbox"))
     if kind == "docker":
-        reason = _docker_reason()
-        if reason:
-            pytest.skip(reason)
-        return DockerWorkspace()
+        return DockerWorkspace(image=request.getfixturevalue("docker_image"))
     if not os.environ.get("E2B_API_KEY"):
         pytest.skip("E2B_API_KEY is not set; E2B sandboxes need an account")
     return E2BWorkspace()
@@ -74,8 +57,10 @@ def select_all(call: ScriptedCall) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("kind", ["bubblewrap", "docker", "e2b"])
-async def test_seed_sandbox_example_saves_and_recalls(kind: str, tmp_path: Path) -> None:
-    workspace = make_workspace(kind, tmp_path)
+async def test_seed_sandbox_example_saves_and_recalls(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    workspace = make_workspace(kind, tmp_path, request)
     my_chat_model = ScriptedChatModel(structured={"MemorySelection": [select_all]})
 
     # ---- the seed's code, imports changed to mnemoscope -------------------------

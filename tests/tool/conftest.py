@@ -1,4 +1,9 @@
-"""Backends the file-tool tests run over: LocalBackend and a real Bubblewrap sandbox."""
+"""Backends the file-tool tests run over: LocalBackend, a real Bubblewrap sandbox and a Docker
+container (podman here; see the ``docker_image`` fixture in tests/conftest.py).
+
+The container bind-mounts the test's ``tmp_path`` at the same path, so the files, symlinks and
+"outside" directories a test builds on the host are the ones the container sees, and a test
+that checks nothing outside the workspace changed checks the host itself."""
 
 from __future__ import annotations
 
@@ -8,7 +13,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from mnemoscope.workspace import BackendBase, BubblewrapWorkspace, LocalBackend
+from mnemoscope.workspace import (
+    BackendBase,
+    BubblewrapWorkspace,
+    DockerWorkspace,
+    LocalBackend,
+    WorkspaceBase,
+)
 
 REQUIRE = os.environ.get("MNEMOSCOPE_REQUIRE_SERVICES") == "1"
 
@@ -21,7 +32,7 @@ def need_bwrap() -> None:
         pytest.skip(msg)
 
 
-@pytest.fixture(params=["local", "bubblewrap"])
+@pytest.fixture(params=["local", "bubblewrap", "docker"])
 async def file_backend(request: pytest.FixtureRequest, tmp_path) -> AsyncIterator[BackendBase]:
     """A backend whose working directory is ``tmp_path / "work"``."""
     work = tmp_path / "work"
@@ -29,8 +40,16 @@ async def file_backend(request: pytest.FixtureRequest, tmp_path) -> AsyncIterato
     if request.param == "local":
         yield LocalBackend(cwd=str(work))
         return
-    need_bwrap()
-    ws = BubblewrapWorkspace(workdir=str(work))
+    ws: WorkspaceBase
+    if request.param == "docker":
+        ws = DockerWorkspace(
+            image=request.getfixturevalue("docker_image"),
+            workdir=str(work),
+            run_kwargs={"volumes": {str(tmp_path): {"bind": str(tmp_path), "mode": "rw"}}},
+        )
+    else:
+        need_bwrap()
+        ws = BubblewrapWorkspace(workdir=str(work))
     await ws.initialize()
     try:
         yield ws.get_backend()

@@ -1,8 +1,8 @@
 """The backend contract suite runs over every backend.
 
 Local and Bubblewrap always run (Bubblewrap skips only without ``bwrap``; it fails under
-MNEMOSCOPE_REQUIRE_SERVICES=1). Docker needs a reachable Docker engine; E2B needs
-``E2B_API_KEY``; both skip with that reason otherwise.
+MNEMOSCOPE_REQUIRE_SERVICES=1). Docker needs an engine and an image (the ``docker_image``
+fixture in tests/conftest.py); E2B needs ``E2B_API_KEY``; both skip with that reason otherwise.
 """
 
 from __future__ import annotations
@@ -34,20 +34,6 @@ class BackendCase:
     workspace: WorkspaceBase | None = None
 
 
-def _docker_reason() -> str | None:
-    try:
-        import docker
-    except ImportError:
-        return "the 'docker' extra is not installed"
-    try:
-        client = docker.from_env()
-        client.ping()
-        client.close()
-    except Exception as exc:
-        return f"no Docker engine reachable ({type(exc).__name__}); start dockerd to run these"
-    return None
-
-
 @pytest.fixture(params=["local", "bubblewrap", "docker", "e2b"])
 async def case(request: pytest.FixtureRequest, tmp_path) -> AsyncIterator[BackendCase]:
     work = tmp_path / "work"
@@ -64,10 +50,7 @@ async def case(request: pytest.FixtureRequest, tmp_path) -> AsyncIterator[Backen
             pytest.skip(msg)
         ws = BubblewrapWorkspace(workdir=str(work))
     elif request.param == "docker":
-        reason = _docker_reason()
-        if reason:
-            pytest.skip(reason)
-        ws = DockerWorkspace()
+        ws = DockerWorkspace(image=request.getfixturevalue("docker_image"))
     else:
         if not os.environ.get("E2B_API_KEY"):
             pytest.skip("E2B_API_KEY is not set; E2B sandboxes need an account")

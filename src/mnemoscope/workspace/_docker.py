@@ -14,7 +14,12 @@ File operations run the same helper as every other backend (``_fsops.py`` and
 ``exec_run``, so writes are atomic and locked inside the container too; large requests
 travel as files via ``put_archive``.
 The image needs ``python3`` 3.10 or newer (the helper script uses ``X | Y`` unions).
-The container has no network unless ``network=True``.
+
+The container is the boundary. By default it has no network (``network=True`` gives it one),
+no Linux capabilities (``cap_drop=["ALL"]``: root inside cannot mount, mknod, chown or trace),
+``no-new-privileges`` (setuid binaries gain nothing) and a process limit; ``run_kwargs``
+overrides any of these. Tested here with podman's Docker-compatible API
+(``bash scripts/podman-docker.sh``), not with Docker Engine itself.
 """
 
 from __future__ import annotations
@@ -41,6 +46,12 @@ from mnemoscope.workspace._base import (
 HELPER_DIR = "/tmp/.mnemoscope"
 HELPER_PATH = HELPER_DIR + "/_fsops.py"
 _INLINE_LIMIT = 64_000
+# what every container we create gets unless run_kwargs says otherwise
+SECURE_RUN_DEFAULTS: dict[str, Any] = {
+    "cap_drop": ["ALL"],
+    "security_opt": ["no-new-privileges"],
+    "pids_limit": 512,
+}
 
 
 def _tar_one(name: str, data: bytes, mode: int = 0o644) -> bytes:
@@ -146,7 +157,9 @@ class DockerWorkspace(WorkspaceBase):
         client: a ``docker.DockerClient`` (default ``docker.from_env()``, closed on close).
         container: attach to this running container instead of creating one (not removed
             on close).
-        run_kwargs: extra arguments for ``client.containers.run`` (mem_limit, volumes...).
+        run_kwargs: extra arguments for ``client.containers.run`` (mem_limit, volumes...);
+            they override ``SECURE_RUN_DEFAULTS`` (no capabilities, no-new-privileges,
+            512 processes).
     """
 
     def __init__(
@@ -188,7 +201,11 @@ class DockerWorkspace(WorkspaceBase):
                     "unavailable",
                 ) from None
         if self._container is None:
-            kwargs: dict[str, Any] = {"detach": True, "working_dir": self._workdir}
+            kwargs: dict[str, Any] = {
+                "detach": True,
+                "working_dir": self._workdir,
+                **SECURE_RUN_DEFAULTS,
+            }
             if not self.network:
                 kwargs["network_mode"] = "none"
             kwargs.update(self.run_kwargs)
