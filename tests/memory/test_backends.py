@@ -335,9 +335,9 @@ async def test_sqlite_deletes_run_in_the_worker_and_retry_while_locked(
     assert len(errors) == 3
     assert await mem.size() == 0
     assert await mem.add(UserMsg("u", "again")) == 1
-    async with mem.engine.connect() as conn:  # the position counter went with the session
+    async with mem.engine.connect() as conn:  # positions are never reused after clear()
         seqs = await conn.execute(sa.select(mem.messages.c.seq).where(mem._where(mem.messages)))
-        assert [r[0] for r in seqs] == [1]
+        assert [r[0] for r in seqs] == [7]
     assert engine_writes == []
     holder.close()
     await mem.aclose()

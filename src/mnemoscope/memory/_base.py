@@ -15,6 +15,10 @@ Semantics shared by all backends (the contract suite in ``tests/memory`` checks 
   stores nothing of that batch;
 * ``marks=`` filters keep messages carrying *any* of the marks; ``exclude_marks=`` drops
   messages carrying any of them;
+* a message that cannot be stored as JSON (a text with a lone surrogate such as ``'\\udcff'``,
+  metadata holding an object JSON does not know) is refused by :meth:`MemoryBase.add` with
+  :class:`~mnemoscope.errors.ValidationError` naming the message and the field, before
+  anything of the batch is written (:func:`dump_msg`);
 * a stored row that cannot be decoded is skipped by :meth:`get`, logged at WARNING with
   its id and listed in :attr:`MemoryBase.corrupt_records`; ``on_corrupt="raise"`` raises
   :class:`~mnemoscope.errors.CorruptRecordError` instead.
@@ -29,8 +33,9 @@ from types import TracebackType
 from typing import Any, Literal, Self
 
 from pydantic import BaseModel, Field
+from pydantic_core import to_json
 
-from mnemoscope.errors import CorruptRecordError, UserError
+from mnemoscope.errors import CorruptRecordError, UserError, ValidationError
 from mnemoscope.message import Msg
 
 logger = logging.getLogger("mnemoscope.memory")
@@ -96,6 +101,83 @@ def prepare_add(
     """Validate the arguments of :meth:`MemoryBase.add` (shared by the backends)."""
     check_on_duplicate(on_duplicate)
     return normalize_msgs(msgs), normalize_marks(marks)
+
+
+def dump_msg(msg: Msg) -> str:
+    """``msg.model_dump_json()``: what every backend stores (InMemory checks it too).
+
+    Raises:
+        ValidationError: the message cannot be serialised; the message names its id, the
+            offending field (``content[0].text``, ``metadata.key``) and the fix.
+    """
+    try:
+        data = msg.model_dump_json()
+    except (ValueError, TypeError) as exc:  # pydantic_core.PydanticSerializationError
+        raise _refusal(msg, _unserialisable(msg, ""), str(exc)) from exc
+    # pydantic replaces a lone surrogate in a dict key by U+FFFD instead of failing: the
+    # stored message would silently differ from the one given
+    if "\ufffd" in data:
+        found = _unserialisable(msg, "")
+        if found:
+            raise _refusal(msg, found, "")
+    return data
+
+
+def _refusal(msg: Msg, found: tuple[str, str] | None, detail: str) -> ValidationError:
+    where = f"{found[0] or 'the message'}: {found[1]}" if found else detail
+    return ValidationError(
+        f"message {msg.id!a} cannot be stored: {where}; nothing of the batch was stored. "
+        "Escape undecodable text first (e.g. text.encode('utf-8', 'backslashreplace')"
+        ".decode()) and keep metadata to JSON types (str, int, float, bool, None, lists, "
+        "dicts with str keys)"
+    )
+
+
+def dump_msgs(items: Sequence[Msg]) -> list[tuple[str, str]]:
+    """``(id, JSON)`` of every message, all validated before a backend writes any."""
+    return [(m.id, dump_msg(m)) for m in items]
+
+
+def _unserialisable(value: Any, path: str) -> tuple[str, str] | None:
+    """``(path, reason)`` of the first part of ``value`` that JSON cannot hold."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return path, (
+                f"text with a lone surrogate {value[exc.start]!a} at index {exc.start} "
+                "is not valid UTF-8"
+            )
+        return None
+    if value is None or isinstance(value, (bool, int, float)):
+        return None
+    if isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            found = _unserialisable(getattr(value, name), f"{path}.{name}" if path else name)
+            if found:
+                return found
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and _unserialisable(key, path):
+                return path, f"key {key!a} has a lone surrogate and is not valid UTF-8"
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                return path, f"key {key!a} of type {type(key).__name__} is not a JSON key"
+            found = _unserialisable(item, f"{path}.{key}" if path else str(key))
+            if found:
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = _unserialisable(item, f"{path}[{i}]")
+            if found:
+                return found
+        return None
+    try:
+        to_json(value)
+    except (ValueError, TypeError):
+        return path, f"an object of type {type(value).__name__} is not JSON-serialisable"
+    return None
 
 
 def normalize_ids(ids: str | Iterable[str]) -> list[str]:

@@ -20,6 +20,7 @@ from mnemoscope.memory._base import (
     OnCorrupt,
     OnDuplicate,
     check_on_duplicate,
+    dump_msgs,
     normalize_ids,
     normalize_marks,
     normalize_msgs,
@@ -54,6 +55,9 @@ class InMemoryMemory(MemoryBase):
         check_on_duplicate(on_duplicate)
         items = (msgs,) if isinstance(msgs, Msg) else normalize_msgs(msgs)
         mark_list = normalize_marks(marks) if marks is not None else []
+        # what a persistent backend would refuse is refused here too, before any change
+        # (rather than failing later at export_state)
+        dump_msgs(items)
         stored = self._msgs
         if on_duplicate == "error":
             dup = [m.id for m in items if m.id in stored]

@@ -33,7 +33,13 @@ once when repeating it is harmless (reads, ``add`` with ``on_duplicate`` ``"igno
 looks at what is stored: its own batch found means done, none of it means send again;
 otherwise (or when the server stays unreachable) it raises
 :class:`~mnemoscope.errors.MemoryStoreError`, the batch stored entirely or not at all.
-After a retried ``add`` with ``"ignore"`` the returned count may undercount.
+After a retried ``add`` with ``"ignore"`` the returned count may undercount. A server that
+refuses the connection gives "could not connect to Redis at host:port: is it running?".
+
+Replies are always read as bytes (``NEVER_DECODE``), whatever the client's
+``decode_responses``: a stored row that is not valid UTF-8 is then a corrupt record like
+any other (skipped and reported, see :class:`~mnemoscope.memory.MemoryBase`) instead of a
+``UnicodeDecodeError`` raised by the client for every read of the session.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ from mnemoscope.memory._base import (
     OnCorrupt,
     OnDuplicate,
     StoredMsg,
+    dump_msgs,
     normalize_ids,
     normalize_marks,
     prepare_add,
@@ -61,8 +68,9 @@ from mnemoscope.message import Msg
 redis_asyncio = require("redis.asyncio", extra="redis", feature="RedisMemory")
 
 from redis.backoff import NoBackoff  # noqa: E402 (after the extra check)
+from redis.client import NEVER_DECODE  # noqa: E402
 from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: E402
-from redis.exceptions import RedisError  # noqa: E402
+from redis.exceptions import NoScriptError, RedisError  # noqa: E402
 from redis.exceptions import TimeoutError as RedisTimeoutError  # noqa: E402
 from redis.retry import Retry  # noqa: E402
 
@@ -328,7 +336,16 @@ def _escape(part: str) -> str:
 
 
 def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
+
+
+def _marks_of(raw: Any) -> list[str]:
+    """A stored marks list (JSON); an undecodable one counts as no marks, as in the scripts."""
+    try:
+        marks = json.loads(raw)
+    except ValueError:  # invalid JSON or UTF-8
+        return []
+    return sorted(m for m in marks if isinstance(m, str)) if isinstance(marks, list) else []
 
 
 class RedisMemory(MemoryBase):
@@ -336,7 +353,8 @@ class RedisMemory(MemoryBase):
 
     Args:
         client: a ``redis.asyncio.Redis`` (or ``RedisCluster``) you own; it is never closed
-            by this object. ``decode_responses`` may be on or off.
+            by this object. ``decode_responses`` may be on or off. A URL string here is
+            the same as ``url=``.
         url: build a client from this URL (``redis://``, ``rediss://`` for TLS,
             ``unix://``) instead; closed by :meth:`aclose`. Defaults to
             ``redis://localhost:6379/0`` when ``client`` is not given either.
@@ -348,8 +366,8 @@ class RedisMemory(MemoryBase):
         **redis_kwargs: passed to ``redis.asyncio.Redis.from_url`` when building a client.
 
     Raises:
-        UserError: both ``client`` and ``url`` given, a ``key_prefix`` containing ``{`` or
-            ``}``, or a non-positive ``ttl``.
+        UserError: both ``client`` and ``url`` given, a ``client`` that is neither a client
+            nor a URL, a ``key_prefix`` containing ``{`` or ``}``, or a non-positive ``ttl``.
     """
 
     def __init__(
@@ -364,6 +382,16 @@ class RedisMemory(MemoryBase):
         **redis_kwargs: Any,
     ) -> None:
         super().__init__(user_id=user_id, session_id=session_id)
+        if isinstance(client, str):  # RedisMemory("redis://..."): a URL, as from_url takes
+            if url is not None:
+                raise UserError("RedisMemory: pass the URL once, as client or url=, not both")
+            client, url = None, client
+        elif client is not None and not hasattr(client, "register_script"):
+            raise UserError(
+                "RedisMemory: client must be a redis.asyncio.Redis or RedisCluster, got "
+                f"{type(client).__name__}; to connect by URL use "
+                "RedisMemory.from_url('redis://host:6379/0', ...)"
+            )
         if client is not None and (url is not None or redis_kwargs):
             raise UserError(
                 "RedisMemory: pass either client= or url= (with client options), not both"
@@ -437,24 +465,51 @@ class RedisMemory(MemoryBase):
         return self._keys[names.index(name)]
 
     # ------------------------------------------------------------------ plumbing
+    async def _command(self, *args: Any) -> Any:
+        """One command whose reply is read as bytes, whatever ``decode_responses`` says."""
+        return await self.client.execute_command(*args, **{NEVER_DECODE: True})
+
+    async def _eval(self, script: Any, args: list[Any]) -> Any:
+        keys = self._keys
+        try:
+            return await self._command("EVALSHA", script.sha, len(keys), *keys, *args)
+        except NoScriptError:  # a restarted or another server: load it, as Script does
+            script.sha = _text(await self.client.script_load(script.script))
+            return await self._command("EVALSHA", script.sha, len(keys), *keys, *args)
+
     async def _call(self, script: Any, args: list[Any], *, retry_safe: bool, what: str) -> Any:
+        return await self._retrying(
+            lambda: self._eval(script, self._head + args), retry_safe=retry_safe, what=what
+        )
+
+    async def _retrying(self, op: Any, *, retry_safe: bool, what: str) -> Any:
         for attempt in (0, 1):
             try:
-                return await script(keys=self._keys, args=self._head + args, client=self.client)
+                return await op()
             except (RedisConnectionError, RedisTimeoutError) as exc:
                 if retry_safe and attempt == 0:
                     continue  # the pool hands out a fresh connection
-                hint = (
-                    " The batch was stored entirely or not at all; check with get_marks()."
-                    if not retry_safe
-                    else ""
-                )
-                raise MemoryStoreError(
-                    f"RedisMemory.{what} failed: connection to Redis lost ({exc}).{hint}"
-                ) from exc
+                raise self._connection_error(exc, retry_safe=retry_safe, what=what) from exc
             except RedisError as exc:
                 raise MemoryStoreError(f"RedisMemory.{what} failed: {exc}") from exc
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _connection_error(
+        self, exc: BaseException, *, retry_safe: bool, what: str
+    ) -> MemoryStoreError:
+        if "connecting to" in str(exc).lower():  # redis-py's words for a failed connect
+            return MemoryStoreError(
+                f"RedisMemory.{what} failed: could not connect to Redis at "
+                f"{_address(self.client)}: is it running? ({exc})"
+            )
+        hint = (
+            " The batch was stored entirely or not at all; check with get_marks()."
+            if not retry_safe
+            else ""
+        )
+        return MemoryStoreError(
+            f"RedisMemory.{what} failed: connection to Redis lost ({exc}).{hint}"
+        )
 
     # ------------------------------------------------------------------- writing
     async def add(
@@ -468,9 +523,9 @@ class RedisMemory(MemoryBase):
         if not items:
             return 0
         args: list[Any] = [on_duplicate, json.dumps(mark_list)]
-        for msg in items:
-            args.append(msg.id)
-            args.append(msg.model_dump_json())
+        for msg_id, data in dump_msgs(items):  # all validated before anything is sent
+            args.append(msg_id)
+            args.append(data)
         if on_duplicate == "error":
             result = await self._add_exactly_once(args)
         else:
@@ -496,7 +551,7 @@ class RedisMemory(MemoryBase):
                 raise
             wanted = dict(zip(args[2::2], args[3::2], strict=True))
             try:
-                stored = await self.client.hmget(self._keys[0], list(wanted))
+                stored = await self._command("HMGET", self._keys[0], *wanted)
             except RedisError:
                 raise exc from exc.__cause__
             if all(
@@ -585,20 +640,14 @@ class RedisMemory(MemoryBase):
         raw = await self._call(self._get_marks_script, [msg_id], retry_safe=True, what="get_marks")
         if raw is None:
             return None
-        marks = json.loads(raw)
-        return sorted(marks) if isinstance(marks, list) else []
+        return _marks_of(raw)
 
     async def size(self) -> int:
-        for attempt in (0, 1):
-            try:
-                return int(await self.client.hlen(self._keys[0]))
-            except (RedisConnectionError, RedisTimeoutError) as exc:
-                if attempt == 0:
-                    continue
-                raise MemoryStoreError(f"RedisMemory.size failed: {exc}") from exc
-            except RedisError as exc:
-                raise MemoryStoreError(f"RedisMemory.size failed: {exc}") from exc
-        raise AssertionError("unreachable")  # pragma: no cover
+        return int(
+            await self._retrying(
+                lambda: self._command("HLEN", self._keys[0]), retry_safe=True, what="size"
+            )
+        )
 
     async def export_state(self) -> MemoryState:
         """The whole session in one round trip (messages and marks read atomically)."""
@@ -607,8 +656,7 @@ class RedisMemory(MemoryBase):
         for i in range(0, len(flat), 3):
             msg = self._decode(flat[i], flat[i + 1], "raise")
             assert msg is not None  # on_corrupt="raise" never returns None
-            marks = json.loads(flat[i + 2])
-            entries.append(StoredMsg(msg=msg, marks=sorted(marks) if marks else []))
+            entries.append(StoredMsg(msg=msg, marks=_marks_of(flat[i + 2])))
         return MemoryState(user_id=self.user_id, session_id=self.session_id, messages=entries)
 
     # ----------------------------------------------------------------- lifecycle
@@ -616,6 +664,17 @@ class RedisMemory(MemoryBase):
         """Close the client if this object created it."""
         if self._owns_client:
             await self.client.aclose()
+
+
+def _address(client: Any) -> str:
+    """``host:port`` (or the socket path) the client connects to, without credentials."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None) or {}
+    if kwargs.get("path"):
+        return str(kwargs["path"])
+    if "host" in kwargs:
+        return f"{kwargs['host']}:{kwargs.get('port', 6379)}"
+    return "the configured nodes"
 
 
 def _split_items(blob: bytes) -> list[bytes]:

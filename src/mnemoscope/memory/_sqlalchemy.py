@@ -23,6 +23,16 @@ Tables are created on first use:
     ``(user_id, session_id, mark, seq)``.
 
 Ids, user and session ids and marks are limited to 128 characters (MySQL index limits).
+They compare exactly on every database: on MySQL/MariaDB their columns use a binary NO PAD
+collation (``utf8mb4_nopad_bin`` on MariaDB, ``utf8mb4_0900_bin`` on MySQL 8), so
+``"alice"`` and ``"alice "`` are different users. Tables of the older ``utf8mb4_bin``
+schema (which ignores trailing spaces) are refused with the ``ALTER TABLE`` statements that
+convert them; :meth:`AsyncSQLAlchemyMemory.upgrade_tables` runs them.
+
+Positions are never reused within a session: ``clear`` deletes the messages and marks but
+keeps the counter row, so a mark row written by a writer racing ``clear`` can never attach
+to a later message. ``update_marks`` locks the message rows it marks (``FOR UPDATE``), and
+deletes remove messages before their marks, so such a mark row is deleted with its message.
 
 Ordering across processes: an ``add`` takes a block of positions by incrementing the
 session's ``last_seq`` row, which also locks it until the transaction commits. Writers of
@@ -61,6 +71,7 @@ from mnemoscope.memory._base import (
     OnCorrupt,
     OnDuplicate,
     StoredMsg,
+    dump_msgs,
     normalize_ids,
     normalize_marks,
     prepare_add,
@@ -80,6 +91,7 @@ from sqlalchemy.ext.asyncio import (  # noqa: E402
 
 from mnemoscope.memory import _sqlalchemy_mysql as mariadb  # noqa: E402
 from mnemoscope.memory._sqlalchemy_common import (  # noqa: E402 (needs sqlalchemy)
+    MYSQL_KEY_COLLATION,
     check_key,
     chunks,
     first_occurrences,
@@ -111,6 +123,39 @@ _T = TypeVar("_T")
 
 # engines whose tables exist, per table prefix (one check per engine and process)
 _READY: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+
+# synchronous drivers people type out of habit -> the asyncio URL scheme to use instead
+_ASYNC_SCHEMES = {
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+    "sqlite": "sqlite+aiosqlite",
+    "mysql": "mysql+aiomysql",
+    "mariadb": "mysql+aiomysql",
+}
+_SYNC_DRIVERS = {
+    "postgresql": {"", "psycopg2", "psycopg2cffi", "pg8000", "pygresql"},
+    "postgres": {"", "psycopg2"},
+    "sqlite": {"", "pysqlite", "pysqlcipher"},
+    "mysql": {"", "pymysql", "mysqldb", "mysqlconnector", "cymysql", "mariadbconnector"},
+    "mariadb": {"", "pymysql", "mysqldb", "mysqlconnector", "mariadbconnector"},
+}
+
+
+def _sync_url_error(url: str) -> UserError | None:
+    """A clear error for a URL naming a synchronous driver (``postgresql://``, ``sqlite:///``)."""
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        return None
+    backend, _, driver = parsed.drivername.partition("+")
+    if driver not in _SYNC_DRIVERS.get(backend, ()):
+        return None
+    suggestion = parsed.set(drivername=_ASYNC_SCHEMES[backend])
+    return UserError(
+        f"AsyncSQLAlchemyMemory needs an asyncio driver, and {parsed.drivername}:// is a "
+        f"synchronous one: use {suggestion.render_as_string(hide_password=True)} "
+        "(the drivers asyncpg, aiosqlite and aiomysql come with pip install 'mnemoscope[sql]')"
+    )
 
 
 class _CommitFailedError(Exception):
@@ -198,8 +243,16 @@ class AsyncSQLAlchemyMemory(MemoryBase):
         Share one engine between the memories of many sessions in a process:
         ``AsyncSQLAlchemyMemory(engine, session_id=sid)``.
         """
+        sync_error = _sync_url_error(url) if isinstance(url, str) else None
+        if sync_error is not None:
+            raise sync_error
         try:
             engine = create_async_engine(url, **engine_kwargs)
+        except sa.exc.InvalidRequestError as exc:  # another synchronous driver
+            raise UserError(
+                f"AsyncSQLAlchemyMemory needs an asyncio driver (postgresql+asyncpg://, "
+                f"sqlite+aiosqlite:///, mysql+aiomysql://): {exc}"
+            ) from exc
         except ImportError as exc:
             raise MissingExtraError(
                 f"AsyncSQLAlchemyMemory requires the 'sql' extra: pip install 'mnemoscope[sql]' "
@@ -222,19 +275,65 @@ class AsyncSQLAlchemyMemory(MemoryBase):
         async with self._init_lock:
             if self.table_prefix in ready:
                 return
-            for attempt in range(3):
-                try:
-                    async with self.engine.begin() as conn:
-                        await conn.run_sync(self.messages.metadata.create_all, checkfirst=True)
-                    break
-                except sa.exc.DBAPIError as exc:
-                    # another process created them between our check and CREATE
-                    if attempt == 2:
-                        raise MemoryStoreError(
-                            f"AsyncSQLAlchemyMemory: cannot create tables: {exc}"
-                        ) from exc
-                    await asyncio.sleep(0.05 * (attempt + 1))
+            pending = await self._prepare_tables(upgrade=False)
+            if pending:
+                statements = ";\n  ".join(pending)
+                raise UserError(
+                    f"AsyncSQLAlchemyMemory: the tables {self.table_prefix}_* have the older "
+                    "MySQL/MariaDB schema whose id and mark columns ignore trailing spaces "
+                    "(collation utf8mb4_bin pads them, so user 'alice ' would read the "
+                    "session of 'alice'). Nothing was changed and no data is lost. Convert "
+                    "them once, with the other writers stopped: await memory.upgrade_tables(), "
+                    f"or run:\n  {statements};"
+                )
             ready.add(self.table_prefix)
+
+    async def _prepare_tables(self, *, upgrade: bool) -> list[str]:
+        """Create missing tables; return the ``ALTER TABLE`` statements that an older schema
+        needs (MySQL/MariaDB), after running them when ``upgrade`` is true."""
+        for attempt in range(3):
+            try:
+                async with self.engine.begin() as conn:
+                    mysql = conn.dialect.name in ("mysql", "mariadb")
+                    # the server is known once connected; ids need its NO PAD collation
+                    collation = (
+                        mariadb.key_collation(conn.dialect) if mysql else MYSQL_KEY_COLLATION
+                    )
+                    _, messages, _ = make_tables(self.table_prefix, collation)
+                    await conn.run_sync(messages.metadata.create_all, checkfirst=True)
+                    if not mysql:
+                        return []
+                    names = tuple(f"{self.table_prefix}_{n}" for n in mariadb.KEY_COLUMNS)
+                    result = await conn.exec_driver_sql(mariadb.KEY_COLUMNS_SQL, names)
+                    rows: list[Any] = list(result)
+                    columns = [(str(r[0]), str(r[1]), r[2]) for r in rows]
+                    pending = mariadb.upgrade_statements(self.table_prefix, collation, columns)
+                    if upgrade:
+                        for statement in pending:
+                            await conn.exec_driver_sql(statement)
+                    return pending
+            except sa.exc.DBAPIError as exc:
+                # another process created them between our check and CREATE
+                if attempt == 2:
+                    raise MemoryStoreError(
+                        f"AsyncSQLAlchemyMemory: cannot create tables: {exc}"
+                    ) from exc
+                await asyncio.sleep(0.05 * (attempt + 1))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def upgrade_tables(self) -> list[str]:
+        """Convert tables of an older schema in place; returns the statements it ran.
+
+        On MySQL/MariaDB, stores created before ids compared exactly have id and mark
+        columns in ``utf8mb4_bin``, which ignores trailing spaces; they are converted to the
+        NO PAD binary collation (every stored row is kept: converting only makes more ids
+        distinct). Other databases, and tables already converted, need nothing: ``[]``.
+        Run it once with the other writers stopped (``ALTER TABLE`` rebuilds the tables).
+        """
+        async with self._init_lock:
+            done = await self._prepare_tables(upgrade=True)
+            _READY.setdefault(self.engine.sync_engine, set()).add(self.table_prefix)
+        return done
 
     async def _run(
         self,
@@ -305,14 +404,16 @@ class AsyncSQLAlchemyMemory(MemoryBase):
                     raise _CommitFailedError(exc) from exc
             return result
 
-    async def _existing(self, conn: AsyncConnection, ids: Sequence[str]) -> dict[str, int]:
-        """msg_id -> seq of the stored ones among ``ids`` (unique-index lookups)."""
+    async def _existing(
+        self, conn: AsyncConnection, ids: Sequence[str], *, lock: bool = False
+    ) -> dict[str, int]:
+        """msg_id -> seq of the stored ones among ``ids`` (unique-index lookups); ``lock``
+        takes their row locks until commit (``FOR UPDATE``; SQLite's writes are serial)."""
         t = self.messages
         found: dict[str, int] = {}
         for chunk in chunks(ids):
-            rows = await conn.execute(
-                sa.select(t.c.msg_id, t.c.seq).where(self._where(t), t.c.msg_id.in_(chunk))
-            )
+            stmt = sa.select(t.c.msg_id, t.c.seq).where(self._where(t), t.c.msg_id.in_(chunk))
+            rows = await conn.execute(stmt.with_for_update() if lock else stmt)
             found.update((r[0], r[1]) for r in rows)
         return found
 
@@ -370,10 +471,9 @@ class AsyncSQLAlchemyMemory(MemoryBase):
             return 0
         for m in mark_list:
             check_key("a mark", m)
-        payload: list[tuple[str, str]] = []
         for msg in items:
             check_key("a message id", msg.id)
-            payload.append((msg.id, msg.model_dump_json()))
+        payload = dump_msgs(items)  # every message validated before anything is written
 
         if self._sqlite is not None:  # the whole add in one call of the worker thread
             return await self._run_sqlite(
@@ -404,7 +504,12 @@ class AsyncSQLAlchemyMemory(MemoryBase):
             if mariadb.supports_block(self.engine.dialect):
                 first = first_occurrences(payload)
                 sql, args = mariadb.add_ignore_statement(
-                    self.table_prefix, self.user_id, self.session_id, first, mark_list
+                    self.table_prefix,
+                    self.user_id,
+                    self.session_id,
+                    first,
+                    mark_list,
+                    mariadb.key_collation(self.engine.dialect),
                 )
 
                 async def block(conn: AsyncConnection) -> int:
@@ -446,25 +551,27 @@ class AsyncSQLAlchemyMemory(MemoryBase):
         return await self._run(work, write=True, idempotent=on_duplicate != "error", what="add")
 
     async def _delete_ids(self, conn: AsyncConnection, ids: Sequence[str]) -> int:
+        """Messages first, then marks: a concurrent ``update_marks`` holding a message's row
+        lock commits its marks before they are deleted (marks first would miss them)."""
         t, k = self.messages, self.marks
         deleted = 0
         if self._dialect == "postgresql":  # one array parameter: one statement per table
             from sqlalchemy.dialects.postgresql import ARRAY
 
             arr = sa.bindparam("ids", list(ids), type_=ARRAY(sa.Text()))
-            await conn.execute(sa.delete(k).where(self._where(k), k.c.msg_id == sa.any_(arr)))
             res = await conn.execute(sa.delete(t).where(self._where(t), t.c.msg_id == sa.any_(arr)))
+            await conn.execute(sa.delete(k).where(self._where(k), k.c.msg_id == sa.any_(arr)))
             return int(res.rowcount)
         if self._dialect in ("mysql", "mariadb"):
             for chunk in chunks(ids, mariadb.DELETE_CHUNK):
-                marks_sql, msgs_sql = mariadb.delete_ids_sql(self.table_prefix, len(chunk))
+                msgs_sql, marks_sql = mariadb.delete_ids_sql(self.table_prefix, len(chunk))
                 args = (self.user_id, self.session_id, *chunk)
-                await conn.exec_driver_sql(marks_sql, args)
                 deleted += (await conn.exec_driver_sql(msgs_sql, args)).rowcount
+                await conn.exec_driver_sql(marks_sql, args)
             return deleted
         for chunk in chunks(ids):
-            await conn.execute(sa.delete(k).where(self._where(k), k.c.msg_id.in_(chunk)))
             res = await conn.execute(sa.delete(t).where(self._where(t), t.c.msg_id.in_(chunk)))
+            await conn.execute(sa.delete(k).where(self._where(k), k.c.msg_id.in_(chunk)))
             deleted += res.rowcount
         return deleted
 
@@ -512,11 +619,15 @@ class AsyncSQLAlchemyMemory(MemoryBase):
         t, k = self.messages, self.marks
 
         async def work(conn: AsyncConnection) -> int:
+            # the rows stay locked until commit: a racing clear() or delete() waits, then
+            # deletes the marks written here (otherwise they would outlive their message)
             if id_list is None:
-                rows = await conn.execute(sa.select(t.c.msg_id, t.c.seq).where(self._where(t)))
+                rows = await conn.execute(
+                    sa.select(t.c.msg_id, t.c.seq).where(self._where(t)).with_for_update()
+                )
                 found = {r[0]: r[1] for r in rows}
             else:
-                found = await self._existing(conn, id_list)
+                found = await self._existing(conn, id_list, lock=True)
             targets = list(found)
             if not targets:
                 return 0
@@ -555,10 +666,12 @@ class AsyncSQLAlchemyMemory(MemoryBase):
         t, k, c = self.messages, self.marks, self.sessions
 
         async def work(conn: AsyncConnection) -> None:
-            # the counter row first: waits for in-flight adds of the session to commit
-            await conn.execute(sa.delete(c).where(self._where(c)))
-            await conn.execute(sa.delete(k).where(self._where(k)))
+            # lock the counter row first: waits for in-flight adds of the session to commit.
+            # It stays: positions are never reused, so no leftover mark can match a later
+            # message. Messages before marks (see _delete_ids).
+            await conn.execute(sa.select(c.c.last_seq).where(self._where(c)).with_for_update())
             await conn.execute(sa.delete(t).where(self._where(t)))
+            await conn.execute(sa.delete(k).where(self._where(k)))
 
         await self._run(work, write=True, what="clear")
 

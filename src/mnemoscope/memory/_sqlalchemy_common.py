@@ -14,24 +14,39 @@ MAX_KEY_LENGTH = 128
 CHUNK = 500  # ids per IN (...) clause
 _T = TypeVar("_T")
 
-_KEY = sa.String(MAX_KEY_LENGTH).with_variant(
-    mysql.VARCHAR(MAX_KEY_LENGTH, charset="utf8mb4", collation="utf8mb4_bin"),
-    "mysql",
-    "mariadb",
-)
+MYSQL_KEY_COLLATION = "utf8mb4_nopad_bin"
+"""The collation of id and mark columns on MariaDB (MySQL 8: ``utf8mb4_0900_bin``): binary,
+so case-sensitive, and NO PAD, so ``"alice"`` and ``"alice "`` are different ids (the
+``utf8mb4_bin`` of older versions of this store ignores trailing spaces)."""
+
+
+def _key_type(mysql_collation: str) -> sa.types.TypeEngine[Any]:
+    return sa.String(MAX_KEY_LENGTH).with_variant(
+        mysql.VARCHAR(MAX_KEY_LENGTH, charset="utf8mb4", collation=mysql_collation),
+        "mysql",
+        "mariadb",
+    )
+
+
 _JSON_TEXT = sa.Text().with_variant(mysql.LONGTEXT(charset="utf8mb4"), "mysql", "mariadb")
 _SEQ = sa.BigInteger()
 
 
-def make_tables(table_prefix: str) -> tuple[sa.Table, sa.Table, sa.Table]:
-    """The ``(sessions, messages, marks)`` tables for a prefix, on a fresh ``MetaData``."""
+def make_tables(
+    table_prefix: str, mysql_collation: str = MYSQL_KEY_COLLATION
+) -> tuple[sa.Table, sa.Table, sa.Table]:
+    """The ``(sessions, messages, marks)`` tables for a prefix, on a fresh ``MetaData``.
+
+    ``mysql_collation`` is the collation of the key columns in MySQL/MariaDB DDL (it does
+    not change the queries built from the tables)."""
     md = sa.MetaData()
+    key = _key_type(mysql_collation)
     opts: dict[str, Any] = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4"}
     sessions = sa.Table(
         f"{table_prefix}_sessions",
         md,
-        sa.Column("user_id", _KEY, nullable=False),
-        sa.Column("session_id", _KEY, nullable=False),
+        sa.Column("user_id", key, nullable=False),
+        sa.Column("session_id", key, nullable=False),
         sa.Column("last_seq", _SEQ, nullable=False),
         sa.PrimaryKeyConstraint("user_id", "session_id"),
         **opts,
@@ -39,10 +54,10 @@ def make_tables(table_prefix: str) -> tuple[sa.Table, sa.Table, sa.Table]:
     messages = sa.Table(
         f"{table_prefix}_messages",
         md,
-        sa.Column("user_id", _KEY, nullable=False),
-        sa.Column("session_id", _KEY, nullable=False),
+        sa.Column("user_id", key, nullable=False),
+        sa.Column("session_id", key, nullable=False),
         sa.Column("seq", _SEQ, nullable=False, autoincrement=False),
-        sa.Column("msg_id", _KEY, nullable=False),
+        sa.Column("msg_id", key, nullable=False),
         sa.Column("msg_json", _JSON_TEXT, nullable=False),
         sa.PrimaryKeyConstraint("user_id", "session_id", "seq"),
         sa.UniqueConstraint("user_id", "session_id", "msg_id", name=f"{table_prefix}_msg_uq"),
@@ -51,10 +66,10 @@ def make_tables(table_prefix: str) -> tuple[sa.Table, sa.Table, sa.Table]:
     marks = sa.Table(
         f"{table_prefix}_marks",
         md,
-        sa.Column("user_id", _KEY, nullable=False),
-        sa.Column("session_id", _KEY, nullable=False),
-        sa.Column("msg_id", _KEY, nullable=False),
-        sa.Column("mark", _KEY, nullable=False),
+        sa.Column("user_id", key, nullable=False),
+        sa.Column("session_id", key, nullable=False),
+        sa.Column("msg_id", key, nullable=False),
+        sa.Column("mark", key, nullable=False),
         sa.Column("seq", _SEQ, nullable=False),
         sa.PrimaryKeyConstraint("user_id", "session_id", "msg_id", "mark"),
         sa.Index(f"{table_prefix}_mark_ix", "user_id", "session_id", "mark", "seq"),

@@ -25,15 +25,87 @@ back to the pool (or by the server when the connection is gone), and the caller 
 (an ignore-add is idempotent, so retrying after an unknown ``COMMIT`` outcome is safe too).
 
 MySQL has no anonymous compound statements: it uses the transactional path.
+
+Key columns (ids and marks) use a binary NO PAD collation (:func:`key_collation`); tables
+of the older ``utf8mb4_bin`` schema, which ignores trailing spaces in comparisons, are
+detected (:data:`KEY_COLUMNS_SQL`) and converted by :func:`upgrade_statements`.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from typing import Any
 
-_KEY = "VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
-MIN_MARIADB = (10, 2)  # BEGIN NOT ATOMIC (10.1.1), window functions (10.2)
+from mnemoscope.errors import UserError
+
+MIN_MARIADB = (10, 2)  # BEGIN NOT ATOMIC (10.1.1), window functions (10.2), NO PAD (10.2)
+MIN_MYSQL = (8, 0, 17)  # utf8mb4_0900_bin
+MARIADB_COLLATION = "utf8mb4_nopad_bin"
+MYSQL_COLLATION = "utf8mb4_0900_bin"
+
+KEY_COLUMNS = {
+    "sessions": ("user_id", "session_id"),
+    "messages": ("user_id", "session_id", "msg_id"),
+    "marks": ("user_id", "session_id", "msg_id", "mark"),
+}
+"""The id and mark columns of each table (``<prefix>_<name>``)."""
+
+KEY_COLUMNS_SQL = (
+    "SELECT TABLE_NAME, COLUMN_NAME, COLLATION_NAME FROM information_schema.COLUMNS "
+    "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (%s, %s, %s) "
+    "AND COLUMN_NAME IN ('user_id', 'session_id', 'msg_id', 'mark')"
+)
+"""The collations of the key columns (parameters: the three table names)."""
+
+
+def key_collation(dialect: Any) -> str:
+    """The binary NO PAD collation for ids and marks on this server (after its first connect).
+
+    Raises:
+        UserError: a server without one (MariaDB before 10.2, MySQL before 8.0.17).
+    """
+    version = tuple(getattr(dialect, "server_version_info", None) or ())
+    if getattr(dialect, "is_mariadb", False):
+        if version and version[:2] < MIN_MARIADB:
+            raise UserError(
+                f"AsyncSQLAlchemyMemory needs MariaDB 10.2 or later (NO PAD collations), "
+                f"found {'.'.join(map(str, version))}"
+            )
+        return MARIADB_COLLATION
+    if version and version[:3] < MIN_MYSQL:
+        raise UserError(
+            f"AsyncSQLAlchemyMemory needs MySQL 8.0.17 or later (utf8mb4_0900_bin, a collation "
+            f"that does not ignore trailing spaces), found {'.'.join(map(str, version))}"
+        )
+    return MYSQL_COLLATION
+
+
+def upgrade_statements(
+    prefix: str, collation: str, columns: Iterable[tuple[str, str, str | None]]
+) -> list[str]:
+    """The ``ALTER TABLE`` statements converting key columns whose collation is not
+    ``collation``; ``columns`` are rows of :data:`KEY_COLUMNS_SQL`. Converting to a NO PAD
+    binary collation only makes more ids distinct, so unique keys stay valid."""
+    wrong: dict[str, set[str]] = {}
+    for table, column, current in columns:
+        if current != collation:
+            wrong.setdefault(str(table).lower(), set()).add(str(column).lower())
+    out = []
+    for name, key_columns in KEY_COLUMNS.items():
+        bad = wrong.get(f"{prefix}_{name}".lower())
+        if bad:
+            mods = ", ".join(
+                f"MODIFY {c} VARCHAR(128) CHARACTER SET utf8mb4 COLLATE {collation} NOT NULL"
+                for c in key_columns
+                if c in bad
+            )
+            out.append(f"ALTER TABLE {prefix}_{name} {mods}")
+    return out
+
+
+def _key(collation: str) -> str:
+    return f"VARCHAR(128) CHARACTER SET utf8mb4 COLLATE {collation}"
 
 
 def supports_block(dialect: Any) -> bool:
@@ -44,24 +116,26 @@ def supports_block(dialect: Any) -> bool:
     return tuple(version[:2]) >= MIN_MARIADB
 
 
-def _rows_sql(count: int) -> str:
+def _rows_sql(count: int, collation: str) -> str:
     # the first branch fixes the derived table's column types and collations
     first = (
-        "SELECT %s AS ord, CONVERT(%s USING utf8mb4) COLLATE utf8mb4_bin AS msg_id, "
+        f"SELECT %s AS ord, CONVERT(%s USING utf8mb4) COLLATE {collation} AS msg_id, "
         "CONVERT(%s USING utf8mb4) AS msg_json"
     )
     return " UNION ALL ".join([first] + ["SELECT %s, %s, %s"] * (count - 1))
 
 
 @functools.lru_cache(maxsize=256)
-def add_ignore_sql(prefix: str, count: int, mark_count: int) -> str:
+def add_ignore_sql(
+    prefix: str, count: int, mark_count: int, collation: str = MARIADB_COLLATION
+) -> str:
     """The block for ``count`` distinct ids and ``mark_count`` marks (``%s`` parameters,
     see :func:`add_ignore_params`). Its one-row result is the number of messages inserted."""
     s, m, k = f"{prefix}_sessions", f"{prefix}_messages", f"{prefix}_marks"
     marks = ""
     if mark_count:
         names = " UNION ALL ".join(
-            ["SELECT CONVERT(%s USING utf8mb4) COLLATE utf8mb4_bin AS mark"]
+            [f"SELECT CONVERT(%s USING utf8mb4) COLLATE {collation} AS mark"]
             + ["SELECT %s"] * (mark_count - 1)
         )
         marks = f"""
@@ -71,8 +145,8 @@ def add_ignore_sql(prefix: str, count: int, mark_count: int) -> str:
     WHERE i.user_id = u AND i.session_id = s AND i.seq > base;
   END IF;"""
     return f"""BEGIN NOT ATOMIC
-  DECLARE u {_KEY} DEFAULT %s;
-  DECLARE s {_KEY} DEFAULT %s;
+  DECLARE u {_key(collation)} DEFAULT %s;
+  DECLARE s {_key(collation)} DEFAULT %s;
   DECLARE base BIGINT DEFAULT 0;
   DECLARE n BIGINT DEFAULT 0;
   START TRANSACTION;
@@ -81,7 +155,7 @@ def add_ignore_sql(prefix: str, count: int, mark_count: int) -> str:
   SELECT last_seq INTO base FROM {s} WHERE user_id = u AND session_id = s FOR UPDATE;
   INSERT INTO {m} (user_id, session_id, seq, msg_id, msg_json)
   SELECT u, s, base + ROW_NUMBER() OVER (ORDER BY b.ord), b.msg_id, b.msg_json
-  FROM ({_rows_sql(count)}) AS b
+  FROM ({_rows_sql(count, collation)}) AS b
   WHERE NOT EXISTS (SELECT 1 FROM {m} AS o
                     WHERE o.user_id = u AND o.session_id = s AND o.msg_id = b.msg_id);
   SET n = ROW_COUNT();
@@ -94,7 +168,7 @@ END"""
 
 
 @functools.lru_cache(maxsize=64)
-def add_one_sql(prefix: str, mark_count: int) -> str:
+def add_one_sql(prefix: str, mark_count: int, collation: str = MARIADB_COLLATION) -> str:
     """The block for one message: parameters user, session, id, JSON, then the marks.
 
     Cheaper than :func:`add_ignore_sql` for one row (no derived tables): it bumps the
@@ -106,9 +180,9 @@ def add_one_sql(prefix: str, mark_count: int) -> str:
         rows = ", ".join(["(u, s, i, %s, base)"] * mark_count)
         marks = f"INSERT INTO {k} (user_id, session_id, msg_id, mark, seq) VALUES {rows};"
     return f"""BEGIN NOT ATOMIC
-  DECLARE u {_KEY} DEFAULT %s;
-  DECLARE s {_KEY} DEFAULT %s;
-  DECLARE i {_KEY} DEFAULT %s;
+  DECLARE u {_key(collation)} DEFAULT %s;
+  DECLARE s {_key(collation)} DEFAULT %s;
+  DECLARE i {_key(collation)} DEFAULT %s;
   DECLARE base BIGINT DEFAULT 0;
   DECLARE dup INT DEFAULT 0;
   START TRANSACTION;
@@ -134,27 +208,35 @@ END"""
 
 
 def add_ignore_statement(
-    prefix: str, user_id: str, session_id: str, first: dict[str, str], marks: list[str]
+    prefix: str,
+    user_id: str,
+    session_id: str,
+    first: dict[str, str],
+    marks: list[str],
+    collation: str = MARIADB_COLLATION,
 ) -> tuple[str, tuple[Any, ...]]:
     """The block and its parameters; ``first`` maps each distinct id (in batch order) to
-    its JSON."""
+    its JSON; ``collation`` is the key columns' (:func:`key_collation`)."""
     if len(first) == 1:
         ((msg_id, data),) = first.items()
-        return add_one_sql(prefix, len(marks)), (user_id, session_id, msg_id, data, *marks)
+        sql = add_one_sql(prefix, len(marks), collation)
+        return sql, (user_id, session_id, msg_id, data, *marks)
     params: list[Any] = [user_id, session_id]
     for n, (msg_id, data) in enumerate(first.items()):
         params += (n, msg_id, data)
     params += marks
-    return add_ignore_sql(prefix, len(first), len(marks)), tuple(params)
+    return add_ignore_sql(prefix, len(first), len(marks), collation), tuple(params)
 
 
 DELETE_CHUNK = 5000  # ids per DELETE; measured faster than 500 or 1000 (fewer statements)
 
 
 def delete_ids_sql(prefix: str, count: int) -> tuple[str, str]:
-    """``DELETE`` of ``count`` ids from the marks, then the messages table (``%s``
-    parameters: user, session, ids). Written as driver SQL: compiling an expanding
-    ``IN`` through SQLAlchemy costs more than the server's work at these sizes."""
+    """``DELETE`` of ``count`` ids from the messages, then the marks table (``%s``
+    parameters: user, session, ids), to be run in that order: the messages' row locks
+    make a concurrent ``update_marks`` finish before its marks are deleted. Written as
+    driver SQL: compiling an expanding ``IN`` through SQLAlchemy costs more than the
+    server's work at these sizes."""
     ids = ", ".join(["%s"] * count)
     where = f"WHERE user_id = %s AND session_id = %s AND msg_id IN ({ids})"
-    return f"DELETE FROM {prefix}_marks {where}", f"DELETE FROM {prefix}_messages {where}"
+    return f"DELETE FROM {prefix}_messages {where}", f"DELETE FROM {prefix}_marks {where}"

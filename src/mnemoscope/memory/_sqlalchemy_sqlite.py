@@ -237,18 +237,18 @@ def _delete_ids(
 ) -> int:
     """Delete the messages ``ids`` and all their marks (inside the caller's transaction)."""
     deleted = 0
-    for chunk in chunks(ids):
+    for chunk in chunks(ids):  # messages first, then marks, as on the other databases
         args = (user, session, *chunk)
-        conn.execute(
-            f"DELETE FROM {prefix}_marks WHERE user_id = ? AND session_id = ? "
-            f"AND msg_id {_in(len(chunk))}",
-            args,
-        )
         deleted += conn.execute(
             f"DELETE FROM {prefix}_messages WHERE user_id = ? AND session_id = ? "
             f"AND msg_id {_in(len(chunk))}",
             args,
         ).rowcount
+        conn.execute(
+            f"DELETE FROM {prefix}_marks WHERE user_id = ? AND session_id = ? "
+            f"AND msg_id {_in(len(chunk))}",
+            args,
+        )
     return deleted
 
 
@@ -278,15 +278,16 @@ def delete_by_mark_sync(
 
 
 def _clear(conn: sqlite3.Connection, prefix: str, user: str, session: str) -> None:
-    # the counter row first, as on the SQLAlchemy path (BEGIN IMMEDIATE already serialises)
-    for table in ("sessions", "marks", "messages"):
+    # the counter row stays (positions are never reused in a session); BEGIN IMMEDIATE
+    # already serialises writers
+    for table in ("messages", "marks"):
         conn.execute(
             f"DELETE FROM {prefix}_{table} WHERE user_id = ? AND session_id = ?", (user, session)
         )
 
 
 def clear_sync(conn: sqlite3.Connection, prefix: str, user: str, session: str) -> None:
-    """``clear``: the session's counter, marks and messages in one transaction."""
+    """``clear``: the session's messages and marks in one transaction (not its counter)."""
     _write(conn, _clear, prefix, user, session)
 
 
