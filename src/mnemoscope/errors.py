@@ -13,7 +13,8 @@ The tree::
     │   ├── FileChangedError      the file changed since it was read (read it again)
     │   └── EditMatchError        Edit's old_string matched zero or several times
     ├── MemoryStoreError          a memory backend failed; the stored data is intact
-    │   └── CorruptRecordError    a stored record could not be decoded (carries its id)
+    │   ├── CorruptRecordError    a stored record could not be decoded (carries its id)
+    │   └── MemoryExtractionError the extraction reply could not be parsed; nothing stored
     └── AgentRunError             an error while an agent runs
         ├── ModelCallError        the chat model call failed
         └── MaxItersExceeded      (informational) the loop hit ``max_iters``
@@ -75,9 +76,18 @@ class ModelCallError(AgentRunError):
     status_code: int | None = None
 
 
+class MemoryExtractionError(MemoryStoreError):
+    """The model's fact-extraction reply could not be parsed, so nothing was stored.
+
+    Told apart from "nothing new to store" (a well-formed, empty extraction), which is
+    not an error.
+    """
+
+
 __all__ = [
     "AgentRunError",
     "CorruptRecordError",
+    "MemoryExtractionError",
     "MemoryStoreError",
     "MissingExtraError",
     "MnemoscopeError",

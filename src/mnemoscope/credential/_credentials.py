@@ -19,13 +19,18 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, SecretStr, field_serializer, model_validator
 
+from mnemoscope._redact import redact_url
 from mnemoscope.errors import UserError
 
 
 class CredentialBase(BaseModel):
     """An API key (never shown by ``repr``/``str``/``model_dump_json``) and an endpoint.
+
+    A secret inside ``base_url`` (``http://user:password@proxy/v1``, ``?api_key=...``) is
+    masked the same way in ``repr``/``str``/``model_dump_json``; :attr:`base_url` itself
+    keeps the real URL for the HTTP client.
 
     Subclasses set :attr:`env_var` (where the key is read from when not given),
     :attr:`base_url_env_var` and :attr:`default_base_url`.
@@ -82,6 +87,14 @@ class CredentialBase(BaseModel):
     def get_api_key(self) -> str:
         """The plain API key (hand it to the SDK client only)."""
         return self.api_key.get_secret_value()
+
+    @field_serializer("base_url", when_used="json")
+    def _shown_base_url(self, value: str | None) -> str | None:
+        return redact_url(value)
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, redact_url(value) if name == "base_url" else value
 
 
 class OpenAICredential(CredentialBase):

@@ -18,6 +18,7 @@ from typing import Any
 
 import openai
 
+from mnemoscope._redact import redact_url
 from mnemoscope.credential import CredentialBase, OpenAICredential
 from mnemoscope.embedding._base import EmbeddingModelBase
 from mnemoscope.errors import ModelCallError, UserError
@@ -115,3 +116,9 @@ class OpenAIEmbeddingModel(EmbeddingModelBase):
         """Close the HTTP client this model built. Safe to call twice."""
         if self._owns_client:
             await self._client.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(model={self.model!r}, dimensions={self.dimensions}, "
+            f"base_url={redact_url(self.base_url)!r})"
+        )

@@ -39,7 +39,9 @@ their connections belong to that loop (closing them later from another loop fail
 
 mem0's anonymous telemetry is turned off (``MEM0_TELEMETRY=False``) unless the variable is
 already set when mnemoscope first imports mem0: it phones home and opens a second Qdrant
-store under ``~/.mem0``.
+store under ``~/.mem0``. mem0 reads the variable once, when it is imported, so this module
+must be imported *before* mem0 (import ``Mem0Middleware`` first); when mem0 was imported
+first with the variable unset, a warning says telemetry is on.
 """
 
 from __future__ import annotations
@@ -47,16 +49,18 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sys
 import threading
 import warnings
 import weakref
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from mnemoscope._optional import require
+from mnemoscope._redact import redact_text, redact_url
 from mnemoscope.embedding._base import EmbeddingModelBase
-from mnemoscope.errors import MemoryStoreError, UserError
+from mnemoscope.errors import MemoryExtractionError, MemoryStoreError, UserError
 from mnemoscope.memory._long_term_base import (
     LongTermMemoryBase,
     MemoryItem,
@@ -69,7 +73,17 @@ from mnemoscope.model import ChatModelBase
 
 logger = logging.getLogger("mnemoscope.memory.mem0")
 
+_E = TypeVar("_E", bound=BaseException)
+
 # before anything imports mem0 through us (see the module docstring)
+if "MEM0_TELEMETRY" not in os.environ and "mem0.memory.telemetry" in sys.modules:
+    # mem0 read the variable when it was imported: too late to turn telemetry off
+    logger.warning(
+        "mem0 was imported before mnemoscope's mem0 support with MEM0_TELEMETRY unset, so "
+        "mem0's telemetry is on in this process. Set MEM0_TELEMETRY=False in the "
+        "environment, or import mnemoscope.middleware.Mem0Middleware (or "
+        "mnemoscope.memory.Mem0LongTermMemory) before anything imports mem0."
+    )
 os.environ.setdefault("MEM0_TELEMETRY", "False")
 
 DEFAULT_PATH = "/tmp/qdrant"
@@ -321,7 +335,7 @@ class Mem0LongTermMemory(LongTermMemoryBase):
             if isinstance(exc, MemoryStoreError | UserError) or not isinstance(exc, Exception):
                 raise
             raise MemoryStoreError(
-                f"could not build mem0.AsyncMemory: {type(exc).__name__}: {exc}"
+                redact_text(f"could not build mem0.AsyncMemory: {type(exc).__name__}: {exc}")
             ) from exc
         finally:
             discard_tokens(tokens)
@@ -391,7 +405,9 @@ class Mem0LongTermMemory(LongTermMemoryBase):
         if size is None and isinstance(vectors, dict) and len(vectors) == 1:
             size = next(iter(vectors.values())).size
         if size is not None and size != expected:
-            where = vs_config.path or vs_config.url or vs_config.host or "the Qdrant server"
+            where = (
+                vs_config.path or redact_url(vs_config.url) or vs_config.host or "the Qdrant server"
+            )
             raise UserError(
                 f"the Qdrant collection {name!r} at {where} holds {size}-dimensional vectors "
                 f"but the embedding model produces {expected}-dimensional vectors. Fix: use a "
@@ -427,7 +443,12 @@ class Mem0LongTermMemory(LongTermMemoryBase):
         try:
             response = await self.client.add(messages, **kwargs)
         except Exception as exc:
-            raise MemoryStoreError(f"mem0 add failed: {type(exc).__name__}: {exc}") from exc
+            extraction = _find_cause(exc, MemoryExtractionError)
+            if extraction is not None:  # our bridge refused a reply mem0 would have dropped
+                raise MemoryExtractionError(f"mem0 add failed: {extraction}") from exc
+            raise MemoryStoreError(
+                redact_text(f"mem0 add failed: {type(exc).__name__}: {exc}")
+            ) from exc
         text = "\n".join(m["content"] for m in messages)
         return self._record_result(response, text, user_id, agent_id, run_id)
 
@@ -455,7 +476,9 @@ class Mem0LongTermMemory(LongTermMemoryBase):
         try:
             response = await self.client.search(query, **kwargs)
         except Exception as exc:
-            raise MemoryStoreError(f"mem0 search failed: {type(exc).__name__}: {exc}") from exc
+            raise MemoryStoreError(
+                redact_text(f"mem0 search failed: {type(exc).__name__}: {exc}")
+            ) from exc
         rows = response.get("results", []) if isinstance(response, dict) else response or []
         items = [self._item(r) for r in rows if isinstance(r, dict)]
         if threshold is not None:  # the hosted API may not apply it; cheap to enforce
@@ -559,6 +582,18 @@ class Mem0LongTermMemory(LongTermMemoryBase):
         kind = "hosted" if self.hosted else "AsyncMemory"
         where = f", path={self.path!r}" if self.path else ""
         return f"Mem0LongTermMemory({kind}{where})"
+
+
+def _find_cause(exc: BaseException, kind: type[_E]) -> _E | None:
+    """The first exception of type ``kind`` in ``exc``'s cause/context chain."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _dt(value: Any) -> datetime | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import logging
 import os
 import threading
@@ -28,8 +29,9 @@ from typing import Any, TypeVar
 
 from mnemoscope._optional import require
 from mnemoscope.embedding._base import EmbeddingModelBase
+from mnemoscope.errors import MemoryExtractionError, ModelCallError
 from mnemoscope.message import AssistantMsg, Msg, SystemMsg, UserMsg
-from mnemoscope.model import ChatModelBase, ToolSchema
+from mnemoscope.model import ChatModelBase, ChatResponse, ToolSchema
 
 logger = logging.getLogger("mnemoscope.memory.mem0")
 
@@ -235,7 +237,21 @@ def _load_mem0_bases() -> tuple[type, type, type]:
     return BaseLlmConfig, LLMBase, EmbeddingBase
 
 
+def _load_mem0_parsing() -> tuple[str, Any, Any]:
+    """mem0's extraction prompt and the helpers it parses the reply with."""
+    from mem0.memory.utils import extract_json, remove_code_blocks
+
+    try:
+        from mem0.configs import prompts
+
+        prompt = str(prompts.ADDITIVE_EXTRACTION_PROMPT)
+    except (ImportError, AttributeError):  # another mem0: JSON replies are only parsed
+        prompt = ""
+    return prompt.strip(), remove_code_blocks, extract_json
+
+
 _BaseLlmConfig, _LLMBase, _EmbeddingBase = _load_mem0_bases()
+_EXTRACTION_PROMPT, _remove_code_blocks, _extract_json = _load_mem0_parsing()
 
 
 class BridgedLlmConfig(_BaseLlmConfig):  # type: ignore[misc,valid-type]
@@ -247,7 +263,17 @@ class BridgedLlmConfig(_BaseLlmConfig):  # type: ignore[misc,valid-type]
 
 
 class BridgedLLM(_LLMBase):  # type: ignore[misc,valid-type]
-    """mem0's synchronous LLM interface over a :class:`ChatModelBase`."""
+    """mem0's synchronous LLM interface over a :class:`ChatModelBase`.
+
+    When mem0 asks for JSON (``response_format={"type": "json_object"}``, its fact
+    extraction), the format is forwarded to models that support JSON mode
+    (``supports_json_mode``: OpenAI-compatible servers, DashScope); other models get the
+    prompt alone, which already asks for JSON. A server that refuses the parameter
+    (HTTP 400/422) is asked again without it, once, and this adapter remembers not to send
+    it again. A JSON reply that cannot be parsed raises
+    :class:`~mnemoscope.errors.MemoryExtractionError` instead of reaching mem0, which
+    would read it as "nothing to store".
+    """
 
     config: BridgedLlmConfig
 
@@ -257,6 +283,8 @@ class BridgedLLM(_LLMBase):  # type: ignore[misc,valid-type]
         self.bridge: BridgeLoop = config.bridge
         self.timeout: float | None = config.timeout
         self.calls = 0
+        self.json_mode: bool = bool(getattr(self.chat_model, "supports_json_mode", False))
+        """Whether ``response_format`` is forwarded (cleared when the server refuses it)."""
 
     def generate_response(
         self,
@@ -266,24 +294,100 @@ class BridgedLLM(_LLMBase):  # type: ignore[misc,valid-type]
         response_format: Any = None,
         **kwargs: Any,
     ) -> Any:
-        # ``response_format`` is not forwarded: not every provider accepts it, and mem0's
-        # prompts already ask for JSON (it strips code fences and extracts the object).
         self.calls += 1
         schemas = _tool_schemas(tools)
-        response = self.bridge.run(
-            self.chat_model(
-                to_msgs(messages),
-                tools=schemas or None,
-                tool_choice=tool_choice if schemas else None,
-            ),
-            self.timeout,
-        )
+        wants_json = not schemas and _is_json_format(response_format)
+        extra: dict[str, Any] = {}
+        if wants_json and self.json_mode:
+            extra["response_format"] = dict(response_format)
+        msgs = to_msgs(messages)
+        try:
+            response = self._call(msgs, schemas, tool_choice, extra)
+        except ModelCallError as exc:
+            if not extra or exc.status_code not in JSON_MODE_REFUSED_STATUSES:
+                raise
+            response = self._call(msgs, schemas, tool_choice, {})
+            self.json_mode = False  # the retry worked: the format was what the server refused
+            logger.info(
+                "%r refused response_format (HTTP %s); mem0 asks for JSON in the prompt only "
+                "from now on",
+                self.chat_model,
+                exc.status_code,
+            )
         if not schemas:
+            if wants_json:
+                check_json_reply(
+                    response.text, self.chat_model, extraction=_is_extraction(messages)
+                )
             return response.text
         return {
             "content": response.text,
             "tool_calls": [{"name": b.name, "arguments": b.input} for b in response.tool_uses],
         }
+
+    def _call(
+        self, msgs: list[Msg], schemas: list[ToolSchema], tool_choice: str, extra: dict[str, Any]
+    ) -> ChatResponse:
+        return self.bridge.run(
+            self.chat_model(
+                msgs,
+                tools=schemas or None,
+                tool_choice=tool_choice if schemas else None,
+                **extra,
+            ),
+            self.timeout,
+        )
+
+
+JSON_MODE_REFUSED_STATUSES = frozenset({400, 422})
+"""HTTP statuses after which a JSON-mode request is retried without ``response_format``."""
+
+
+def _is_json_format(response_format: Any) -> bool:
+    return isinstance(response_format, dict) and response_format.get("type") in (
+        "json_object",
+        "json_schema",
+    )
+
+
+def _is_extraction(messages: list[dict[str, Any]]) -> bool:
+    """Whether ``messages`` are mem0's fact extraction (its system prompt)."""
+    system = next((m for m in messages if m.get("role") == "system"), None)
+    text = _text_of(system.get("content")) if system else ""
+    return bool(_EXTRACTION_PROMPT) and text.strip().startswith(_EXTRACTION_PROMPT)
+
+
+def check_json_reply(text: str, model: object, *, extraction: bool) -> None:
+    """Raise :class:`MemoryExtractionError` unless mem0 can parse ``text`` (its own way).
+
+    mem0 reads an unparseable extraction reply as "no facts" and stores nothing without a
+    word; an extraction must be a JSON object with a ``"memory"`` list (``{"memory": []}``
+    is a valid "nothing new").
+    """
+    cleaned = _remove_code_blocks(text)
+    shown = text.strip()
+    shown = shown if len(shown) <= 200 else shown[:200] + "..."
+    what = "the extraction reply" if extraction else "the JSON reply"
+    if not cleaned.strip():
+        raise MemoryExtractionError(
+            f"{what} of {model!r} was empty, so nothing was stored (mem0 expected a JSON "
+            'object such as {"memory": [...]}; check the model and its max_tokens)'
+        )
+    try:
+        try:
+            value = json.loads(cleaned, strict=False)
+        except json.JSONDecodeError:
+            value = json.loads(_extract_json(cleaned), strict=False)
+    except json.JSONDecodeError as exc:
+        raise MemoryExtractionError(
+            f"{what} of {model!r} could not be parsed as JSON ({exc}), so nothing was "
+            f"stored; the model answered: {shown!r}"
+        ) from None
+    if extraction and not (isinstance(value, dict) and isinstance(value.get("memory"), list)):
+        raise MemoryExtractionError(
+            f'{what} of {model!r} is JSON but not an object with a "memory" list, so '
+            f"nothing was stored; the model answered: {shown!r}"
+        )
 
 
 class BridgedEmbedder(_EmbeddingBase):  # type: ignore[misc,valid-type]

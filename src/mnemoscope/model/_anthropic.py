@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from mnemoscope._optional import require
+from mnemoscope._redact import redact_url
 from mnemoscope.credential import AnthropicCredential
 from mnemoscope.errors import ModelCallError, UserError
 from mnemoscope.message import Msg
@@ -173,6 +174,6 @@ class AnthropicChatModel(ChatModelBase):
 
     def __repr__(self) -> str:
         return (
-            f"AnthropicChatModel(model={self.model!r}, base_url={self.base_url!r}, "
+            f"AnthropicChatModel(model={self.model!r}, base_url={redact_url(self.base_url)!r}, "
             f"stream={self.stream})"
         )

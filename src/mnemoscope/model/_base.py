@@ -6,7 +6,7 @@ import json
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, TypedDict, TypeVar
+from typing import Any, ClassVar, TypedDict, TypeVar
 
 import pydantic
 
@@ -36,7 +36,14 @@ class ChatModelBase(ABC):
         model: the provider's model name.
         stream: ask the provider to stream the response over the wire.
         token_counter: counts tokens of a text; defaults to :func:`count_tokens`.
+
+    Attributes:
+        supports_json_mode: the provider accepts ``response_format={"type": "json_object"}``
+            (OpenAI-compatible JSON mode) as a call keyword; callers that want JSON (mem0's
+            fact extraction) forward it only then and otherwise ask in the prompt alone.
     """
+
+    supports_json_mode: ClassVar[bool] = False
 
     def __init__(
         self,

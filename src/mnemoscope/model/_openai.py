@@ -25,6 +25,7 @@ from typing import Any
 
 import openai
 
+from mnemoscope._redact import redact_text, redact_url, scrub_exception
 from mnemoscope.credential import CredentialBase, OpenAICredential
 from mnemoscope.errors import ModelCallError, UserError
 from mnemoscope.message import Msg
@@ -73,7 +74,13 @@ def split_generate_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 def model_call_error(
     provider: str, model: str, base_url: str | None, exc: Exception
 ) -> ModelCallError:
-    """A :class:`ModelCallError` describing an SDK exception (status, provider, model)."""
+    """A :class:`ModelCallError` describing an SDK exception (status, provider, model).
+
+    Secrets in URLs (a password in ``base_url``, ``?api_key=...`` echoed by a server) are
+    masked in the message and in the messages of ``exc`` and its causes, which tracebacks
+    show (see :mod:`mnemoscope._redact`).
+    """
+    scrub_exception(exc)
     where = f"{provider} model {model!r}" + (f" at {base_url}" if base_url else "")
     status = getattr(exc, "status_code", None)
     if status is not None:
@@ -95,7 +102,7 @@ def model_call_error(
         msg = f"{where} could not be reached: {exc} (is the server running?)"
     else:
         msg = f"{where} returned an unusable response: {type(exc).__name__}: {exc}"
-    error = ModelCallError(msg)
+    error = ModelCallError(redact_text(msg))
     error.status_code = status
     return error
 
@@ -123,6 +130,7 @@ class OpenAIChatModel(ChatModelBase):
 
     provider = "openai"
     credential_class: type[CredentialBase] = OpenAICredential
+    supports_json_mode = True  # response_format={"type": "json_object"}; some servers refuse it
 
     def __init__(
         self,
@@ -237,6 +245,6 @@ class OpenAIChatModel(ChatModelBase):
 
     def __repr__(self) -> str:
         return (
-            f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r}, "
+            f"{type(self).__name__}(model={self.model!r}, base_url={redact_url(self.base_url)!r}, "
             f"stream={self.stream})"
         )
