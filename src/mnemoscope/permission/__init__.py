@@ -1,6 +1,7 @@
 """Permissions: one engine decides every tool call (allow / deny / ask)."""
 
 from mnemoscope.permission._context import PermissionContext, is_within, resolve_path
+from mnemoscope.permission._secrets import SECRET_LOCATIONS
 from mnemoscope.permission._types import (
     AdditionalWorkingDirectory,
     AskCallback,
@@ -12,6 +13,7 @@ from mnemoscope.permission._types import (
 )
 
 __all__ = [
+    "SECRET_LOCATIONS",
     "AdditionalWorkingDirectory",
     "AskCallback",
     "Behavior",

@@ -16,7 +16,8 @@ class PermissionMode(StrEnum):
       ask; anything outside is denied.
     * ``ACCEPT_EDITS``: writes inside the working directories are allowed too.
     * ``PLAN`` (alias ``READ_ONLY``): every write is denied.
-    * ``BYPASS``: everything is allowed (use only in a sandbox).
+    * ``BYPASS``: everything is allowed but what deny rules and the secret locations
+      refuse (use only in a sandbox).
     """
 
     DEFAULT = "default"
@@ -44,7 +45,10 @@ Behavior = Literal["allow", "deny", "ask"]
 class PermissionRule(BaseModel):
     """Allow or deny a tool, optionally only for paths matching a glob pattern.
 
-    ``tool="*"`` matches every tool; ``path="/srv/data/**"`` matches files under it.
+    ``tool="*"`` matches every tool; ``path="/srv/data/**"`` matches files under it
+    (and the directory itself). A relative pattern (``secrets/**``) means below the
+    agent's ``cwd`` and below each working directory; a deny pattern starting with ``*``
+    (``**/.env``) also matches anywhere. Deny patterns match case-insensitively.
     """
 
     tool: str = "*"

@@ -7,9 +7,13 @@ Example::
     toolkit = Toolkit(tools=[Read(), Write(), Edit()])           # LocalBackend
     toolkit = Toolkit(tools=[Read(backend=backend), Write(backend=backend)])
 
-Safety: every call passes the permission context's working directories (``roots``) to
-the backend, which refuses to touch anything whose real location is outside them (unless
-the mode is ``BYPASS`` or the tool is called without a permission context). Overwriting
+Safety: with a permission context, relative paths (and a missing Glob/Grep ``path``)
+resolve against ``PermissionContext.cwd``, for the permission check and the operation
+alike. Every call passes :meth:`PermissionContext.call_roots` (the working directories
+plus what an allow rule grants to this call) to the backend, which refuses to touch
+anything whose real location is outside them (unless the mode is ``BYPASS`` or the tool
+is called without a permission context). Glob and Grep drop every path the engine would
+refuse (deny rules, secret locations, outside the roots) and say how many. Overwriting
 or editing an existing file requires that this agent read it and that it has not changed
 since (tracked in ``ToolContext.state["file_reads"]`` by version token; code outside the
 tools records or looks up reads with :func:`record_read` and :func:`read_version`).
@@ -20,8 +24,9 @@ A Write or Edit is one backend operation: the version recorded at the Read is pa
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -37,6 +42,9 @@ from mnemoscope.workspace import (
     WriteResult,
 )
 from mnemoscope.workspace._fsops import FsError, decode_text
+
+if TYPE_CHECKING:
+    from mnemoscope.permission import PermissionDecision
 
 READ_MAX_BYTES = 256 * 1024
 """A whole-file Read above this size is refused (use offset/limit)."""
@@ -95,15 +103,68 @@ class _FileTool(ToolBase):
     def __init__(self, backend: BackendBase | None = None) -> None:
         self.backend = backend if backend is not None else LocalBackend()
 
-    def _abs(self, path: str) -> str:
-        return self.backend.abspath(path)
+    def _abs(self, path: str, ctx: ToolContext | None = None) -> str:
+        """Absolute path for the check and the operation: relative paths resolve against
+        the permission context's ``cwd`` when there is one (else the backend's)."""
+        pc = ctx.permission_context if ctx is not None else None
+        if pc is None or path.startswith("/") or path == "~" or path.startswith("~/"):
+            return self.backend.abspath(path)
+        return os.path.join(os.path.abspath(pc.cwd), path)
 
-    @staticmethod
-    def _roots(ctx: ToolContext) -> list[str] | None:
+    def _cwd(self, ctx: ToolContext | None) -> str:
+        pc = ctx.permission_context if ctx is not None else None
+        return self.backend.cwd if pc is None else os.path.abspath(pc.cwd)
+
+    def _paths(self, tool_input: BaseModel, ctx: ToolContext | None) -> list[PathAccess]:
+        """The paths a call touches, made absolute as :meth:`call` will use them."""
+        raise NotImplementedError
+
+    def permission_paths(self, tool_input: BaseModel) -> list[PathAccess]:
+        return self._paths(tool_input, None)
+
+    async def check_permissions(
+        self, tool_input: BaseModel, ctx: ToolContext
+    ) -> PermissionDecision | None:
+        """The engine's decision on the paths as :meth:`call` resolves them (relative
+        paths against the permission context's ``cwd``)."""
+        pc = ctx.permission_context
+        if pc is None:
+            return None
+        return pc.decide(
+            self.name,
+            is_read_only=self.is_read_only,
+            auto_allow=self.auto_allow,
+            paths=[(pa.path, pa.access) for pa in self._paths(tool_input, ctx)],
+        )
+
+    def _roots(self, ctx: ToolContext, paths: list[PathAccess]) -> list[str] | None:
+        """What the backend confines this call to (``None``: unconfined)."""
         pc = ctx.permission_context
         if pc is None or pc.mode == PermissionMode.BYPASS:
             return None
-        return [str(r) for r in pc.roots()]
+        roots = pc.call_roots(self.name, [(pa.path, pa.access) for pa in paths])
+        return None if roots is None else [str(r) for r in roots]
+
+    def _path_filter(self, ctx: ToolContext, base: str) -> Callable[[str], bool] | None:
+        """For Glob/Grep: whether a returned path may be shown (``None``: no filter).
+
+        A path is kept when the engine allows reading it, or asks for it as it asks for
+        the whole call (which was approved); a refusal, or an ask the call did not have,
+        drops it.
+        """
+        pc = ctx.permission_context
+        if pc is None:
+            return None
+        call = pc.decide(self.name, is_read_only=True, paths=[(base, "read")]).behavior
+        seen: dict[str, bool] = {}
+
+        def keep(path: str) -> bool:
+            if path not in seen:
+                got = pc.decide(self.name, is_read_only=True, paths=[(path, "read")]).behavior
+                seen[path] = got == "allow" or (got == "ask" and call == "ask")
+            return seen[path]
+
+        return keep
 
     def _remember(self, ctx: ToolContext, version: str, *paths: str) -> None:
         """Record ``version`` under the path the model used and the real path."""
@@ -192,16 +253,18 @@ class Read(_FileTool):
         super().__init__(backend)
         self.max_bytes = max_bytes
 
-    def permission_paths(self, tool_input: BaseModel) -> list[PathAccess]:
+    def _paths(self, tool_input: BaseModel, ctx: ToolContext | None) -> list[PathAccess]:
         assert isinstance(tool_input, ReadInput)
-        return [PathAccess(self._abs(tool_input.file_path), "read")]
+        return [PathAccess(self._abs(tool_input.file_path, ctx), "read")]
 
     async def call(self, tool_input: ReadInput, ctx: ToolContext) -> ToolResult:
-        path = self._abs(tool_input.file_path)
+        paths = self._paths(tool_input, ctx)
+        path = paths[0].path
         partial = tool_input.offset is not None or tool_input.limit is not None
         cap = READ_HARD_MAX_BYTES if partial else self.max_bytes
+        roots = self._roots(ctx, paths)
         try:
-            content = await self.backend.read_file(path, roots=self._roots(ctx), max_bytes=cap)
+            content = await self.backend.read_file(path, roots=roots, max_bytes=cap)
         except WorkspaceError as exc:
             if exc.code == "too_large":
                 return ToolResult.error(
@@ -265,13 +328,14 @@ class Write(_FileTool):
     )
     Input = WriteInput
 
-    def permission_paths(self, tool_input: BaseModel) -> list[PathAccess]:
+    def _paths(self, tool_input: BaseModel, ctx: ToolContext | None) -> list[PathAccess]:
         assert isinstance(tool_input, WriteInput)
-        return [PathAccess(self._abs(tool_input.file_path), "write")]
+        return [PathAccess(self._abs(tool_input.file_path, ctx), "write")]
 
     async def call(self, tool_input: WriteInput, ctx: ToolContext) -> ToolResult:
-        path = self._abs(tool_input.file_path)
-        roots = self._roots(ctx)
+        paths = self._paths(tool_input, ctx)
+        path = paths[0].path
+        roots = self._roots(ctx, paths)
 
         def write(version: str) -> Awaitable[WriteResult]:
             return self.backend.write_text(
@@ -320,15 +384,16 @@ class Edit(_FileTool):
     )
     Input = EditInput
 
-    def permission_paths(self, tool_input: BaseModel) -> list[PathAccess]:
+    def _paths(self, tool_input: BaseModel, ctx: ToolContext | None) -> list[PathAccess]:
         assert isinstance(tool_input, EditInput)
-        return [PathAccess(self._abs(tool_input.file_path), "write")]
+        return [PathAccess(self._abs(tool_input.file_path, ctx), "write")]
 
     async def call(self, tool_input: EditInput, ctx: ToolContext) -> ToolResult:
-        path = self._abs(tool_input.file_path)
+        paths = self._paths(tool_input, ctx)
+        path = paths[0].path
         if tool_input.old_string == tool_input.new_string:
             return ToolResult.error("Edit failed: old_string and new_string are identical.")
-        roots = self._roots(ctx)
+        roots = self._roots(ctx, paths)
 
         def edit(version: str) -> Awaitable[WriteResult]:
             return self.backend.edit(
@@ -399,27 +464,71 @@ class Glob(_FileTool):
         super().__init__(backend)
         self.limit = limit
 
-    def _target(self, tool_input: GlobInput) -> tuple[str, str]:
-        return _split_glob(tool_input.pattern, self._abs(tool_input.path or self.backend.cwd))
+    def _target(self, tool_input: GlobInput, ctx: ToolContext | None) -> tuple[str, str]:
+        return _split_glob(tool_input.pattern, self._abs(tool_input.path or self._cwd(ctx), ctx))
 
-    def permission_paths(self, tool_input: BaseModel) -> list[PathAccess]:
+    def _paths(self, tool_input: BaseModel, ctx: ToolContext | None) -> list[PathAccess]:
         assert isinstance(tool_input, GlobInput)
-        return [PathAccess(self._target(tool_input)[0], "read")]
+        return [PathAccess(self._target(tool_input, ctx)[0], "read")]
 
     async def call(self, tool_input: GlobInput, ctx: ToolContext) -> ToolResult:
-        base, pattern = self._target(tool_input)
-        try:
-            paths, truncated = await self.backend.glob(
-                pattern, base, roots=self._roots(ctx), limit=self.limit
-            )
-        except WorkspaceError as exc:
-            return self._error(exc)
+        base, pattern = self._target(tool_input, ctx)
+        roots = self._roots(ctx, [PathAccess(base, "read")])
+        keep = self._path_filter(ctx, base)
+        limit = self.limit
+        for _ in range(_REFILL_ROUNDS):
+            try:
+                found, truncated = await self.backend.glob(pattern, base, roots=roots, limit=limit)
+            except WorkspaceError as exc:
+                return self._error(exc)
+            paths = found if keep is None else [p for p in found if keep(p)]
+            left_out = len(found) - len(paths)
+            # denied paths took room under the limit: ask for more
+            if not (truncated and left_out and len(paths) < self.limit):
+                break
+            limit *= 4
+        if len(paths) > self.limit:
+            paths, truncated = paths[: self.limit], True
+        note = _left_out_note(left_out, "path")
         if not paths:
-            return ToolResult(output=f"No files match {pattern!r} in {base}.")
+            return ToolResult(
+                output=f"No files match {pattern!r} in {base}.{note}",
+                metadata={"count": 0, "truncated": truncated, "left_out": left_out},
+            )
         out = "\n".join(paths)
         if truncated:
             out += f"\n... (more than {self.limit} matches; use a narrower pattern)"
-        return ToolResult(output=out, metadata={"count": len(paths), "truncated": truncated})
+        if note:
+            out += "\n" + note.strip()
+        return ToolResult(
+            output=out,
+            metadata={"count": len(paths), "truncated": truncated, "left_out": left_out},
+        )
+
+
+_REFILL_ROUNDS = 3
+"""Glob/Grep ask the backend again (with a 4x larger limit) at most this many times in all
+when paths the permission rules drop took room under the limit."""
+
+
+def _skipped_note(skipped: list[tuple[str, str]], count: int) -> str:
+    if not count:
+        return ""
+    shown = "; ".join(f"{p} ({why})" for p, why in skipped[:_SKIPPED_SHOWN])
+    more = count - min(len(skipped), _SKIPPED_SHOWN)
+    rest = f"; and {more} more" if more > 0 else ""
+    many = "s" if count != 1 else ""
+    return f" ({count} file{many} not searched: {shown}{rest}.)"
+
+
+_SKIPPED_SHOWN = 10
+
+
+def _left_out_note(count: int, what: str) -> str:
+    if not count:
+        return ""
+    many = "s" if count != 1 else ""
+    return f" ({count} {what}{many} left out: the permission rules do not allow reading them.)"
 
 
 # ------------------------------------------------------------------------- Grep
@@ -453,40 +562,66 @@ class Grep(_FileTool):
     Input = GrepInput
     is_read_only = True
 
-    def permission_paths(self, tool_input: BaseModel) -> list[PathAccess]:
+    def _paths(self, tool_input: BaseModel, ctx: ToolContext | None) -> list[PathAccess]:
         assert isinstance(tool_input, GrepInput)
-        return [PathAccess(self._abs(tool_input.path or self.backend.cwd), "read")]
+        return [PathAccess(self._abs(tool_input.path or self._cwd(ctx), ctx), "read")]
 
     async def call(self, tool_input: GrepInput, ctx: ToolContext) -> ToolResult:
-        path = self._abs(tool_input.path or self.backend.cwd)
-        try:
-            res = await self.backend.grep(
-                tool_input.pattern,
-                path,
-                roots=self._roots(ctx),
-                glob=tool_input.glob,
-                ignore_case=tool_input.case_insensitive,
-                limit=tool_input.head_limit,
-            )
-        except WorkspaceError as exc:
-            return self._error(exc)
-        if not res.matches:
+        paths = self._paths(tool_input, ctx)
+        path = paths[0].path
+        roots = self._roots(ctx, paths)
+        keep = self._path_filter(ctx, path)
+        head_limit = tool_input.head_limit
+        limit = head_limit
+        for _ in range(_REFILL_ROUNDS):
+            try:
+                res = await self.backend.grep(
+                    tool_input.pattern,
+                    path,
+                    roots=roots,
+                    glob=tool_input.glob,
+                    ignore_case=tool_input.case_insensitive,
+                    limit=limit,
+                )
+            except WorkspaceError as exc:
+                return self._error(exc)
+            matches = res.matches if keep is None else [m for m in res.matches if keep(m.path)]
+            dropped = {m.path for m in res.matches} - {m.path for m in matches}
+            if not (res.truncated and dropped and len(matches) < head_limit):
+                break
+            limit *= 4
+        truncated = res.truncated or len(matches) > head_limit
+        matches = matches[:head_limit]
+        # files the backend did not search: never name one the rules hide
+        skipped = [(p, why) for p, why in res.skipped if keep is None or keep(p)]
+        dropped |= {p for p, _ in res.skipped} - {p for p, _ in skipped}
+        hidden = len(res.skipped) - len(skipped)
+        not_searched = _skipped_note(skipped, max(0, res.files_skipped - hidden))
+        note = _left_out_note(len(dropped), "file") + not_searched
+        if not matches:
             return ToolResult(
                 output=f"No matches for {tool_input.pattern!r} in {path} "
-                f"({res.files_searched} files searched)."
+                f"({res.files_searched} files searched).{note}",
+                metadata={"matches": 0, "truncated": truncated, "left_out": len(dropped)},
             )
         if tool_input.output_mode == "files_with_matches":
-            lines = list(dict.fromkeys(m.path for m in res.matches))
+            lines = list(dict.fromkeys(m.path for m in matches))
         elif tool_input.output_mode == "count":
             counts: dict[str, int] = {}
-            for m in res.matches:
+            for m in matches:
                 counts[m.path] = counts.get(m.path, 0) + 1
             lines = [f"{p}:{n}" for p, n in counts.items()]
         else:
-            lines = [f"{m.path}:{m.line}:{m.text[:MAX_LINE_CHARS]}" for m in res.matches]
-        if res.truncated:
-            lines.append(f"... (stopped at {tool_input.head_limit} matches; narrow the search)")
-        meta: dict[str, Any] = {"matches": len(res.matches), "truncated": res.truncated}
+            lines = [f"{m.path}:{m.line}:{m.text[:MAX_LINE_CHARS]}" for m in matches]
+        if truncated:
+            lines.append(f"... (stopped at {head_limit} matches; narrow the search)")
+        if note:
+            lines.append(note.strip())
+        meta: dict[str, Any] = {
+            "matches": len(matches),
+            "truncated": truncated,
+            "left_out": len(dropped),
+        }
         return ToolResult(output="\n".join(lines), metadata=meta)
 
 
