@@ -12,6 +12,7 @@ from mnemoscope.message._blocks import (
     ToolUseBlock,
     URLSource,
 )
+from mnemoscope.message._escape import WRAPPER_TAGS, escape_attribute, escape_injected
 from mnemoscope.message._msg import (
     MSG_SCHEMA_VERSION,
     AssistantMsg,
@@ -25,6 +26,7 @@ from mnemoscope.message._msg import (
 
 __all__ = [
     "MSG_SCHEMA_VERSION",
+    "WRAPPER_TAGS",
     "AssistantMsg",
     "Base64Source",
     "ContentBlock",
@@ -41,5 +43,7 @@ __all__ = [
     "URLSource",
     "UserMsg",
     "as_msg",
+    "escape_attribute",
+    "escape_injected",
     "new_id",
 ]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from mnemoscope.errors import MemoryStoreError
 from mnemoscope.middleware._agentic_files import (
+    INDEX_FILENAME,
     MEMORY_TYPES,
     IndexEntry,
     MemoryFile,
@@ -27,7 +28,13 @@ from mnemoscope.middleware._agentic_files import (
     render_memory_file,
 )
 from mnemoscope.middleware._agentic_ranker import tokenize
-from mnemoscope.middleware._agentic_store import MemoryStore, ScanResult
+from mnemoscope.middleware._agentic_store import (
+    MAX_INDEX_BYTES,
+    MAX_INDEX_LINE_CHARS,
+    IndexSnapshot,
+    MemoryStore,
+    ScanResult,
+)
 from mnemoscope.model._tokens import count_tokens
 
 NEAR_DUPLICATE_JACCARD = 0.8
@@ -57,6 +64,9 @@ class DoctorReport:
     findings: list[Finding] = field(default_factory=list)
     files: int = 0
     index_lines: int = 0
+    index_complete: bool = True
+    """False when ``MEMORY.md`` is over the read limits: it was only partly read, and
+    :func:`repair` leaves it alone."""
 
     @property
     def ok(self) -> bool:
@@ -69,10 +79,15 @@ async def diagnose(
     """Find bad frontmatter, index lines pointing nowhere or repeated, files missing from
     the index, near-duplicate memories and an index over its prompt budget."""
     scan = await store.scan()
-    text = (await store.read_index()).text
+    index = await store.read_index()
+    text = index.text
     entries = parse_index(text)
-    report = DoctorReport(files=len(scan.files), index_lines=len(text.splitlines()))
+    report = DoctorReport(
+        files=len(scan.files), index_lines=len(text.splitlines()), index_complete=index.complete
+    )
     out = report.findings
+    if not index.complete:
+        out.append(Finding("index_too_large", _too_large_message(index), INDEX_FILENAME))
     for mf in scan.files:
         if mf.errors:
             out.append(
@@ -104,7 +119,7 @@ async def diagnose(
                 )
             )
         seen.add(e.target)
-    for mf in scan.files:
+    for mf in scan.files if index.complete else ():  # unread lines may hold them
         if mf.filename not in seen:
             out.append(
                 Finding(
@@ -125,6 +140,22 @@ async def diagnose(
         )
     out.extend(_near_duplicates(store, scan))
     return report
+
+
+def _too_large_message(index: IndexSnapshot) -> str:
+    parts = []
+    if index.bytes_cut:
+        parts.append(
+            f"is {index.size} bytes; only the first {index.read_bytes} were read "
+            f"(limit {MAX_INDEX_BYTES})"
+        )
+    if index.long_lines:
+        parts.append(f"has {index.long_lines} line(s) over {MAX_INDEX_LINE_CHARS} characters (cut)")
+    return (
+        f"{INDEX_FILENAME} {' and '.join(parts)}; the agent sees only part of it. Not fixed "
+        "automatically (that would drop what was not read): shorten it by hand, or "
+        "regenerate it from the files with 'index --rebuild'"
+    )
 
 
 def _near_duplicates(store: MemoryStore, scan: ScanResult) -> list[Finding]:
@@ -164,6 +195,9 @@ async def repair(store: MemoryStore, report: DoctorReport, *, attempts: int = 5)
     """Fix what is safe: add missing index lines, drop dangling and repeated ones, and
     rewrite frontmatter that was only readable line by line as valid YAML.
 
+    An index over the read limits (finding ``index_too_large``) is never rewritten: only
+    part of it was read, and writing that part back would lose the rest.
+
     Index changes are a compare-and-swap on ``MEMORY.md`` (retried when an agent writes
     it at the same time), so no line an agent adds meanwhile is lost. Returns what was done.
     """
@@ -183,7 +217,7 @@ async def repair(store: MemoryStore, report: DoctorReport, *, attempts: int = 5)
                 render_memory_file(fields["name"], fields["description"], fields["type"], body),
             )
             done.append(f"rewrote the frontmatter of {f.file} as valid YAML")
-    if not any(
+    if not report.index_complete or not any(
         f.kind in ("missing_from_index", "dangling_index_line", "duplicate_index_line")
         for f in report.findings
     ):
@@ -191,6 +225,8 @@ async def repair(store: MemoryStore, report: DoctorReport, *, attempts: int = 5)
     for _ in range(attempts):
         scan = await store.scan()
         index = await store.read_index()
+        if not index.complete:
+            return done  # rewriting what was read would drop the rest of the file
         new_text, changes = _fix_index(index.text, scan)
         if not changes:
             return done
@@ -234,7 +270,9 @@ async def rebuild_index(store: MemoryStore, *, attempts: int = 5) -> list[Memory
     """
     for _ in range(attempts):
         scan = await store.scan()
-        exact = (await store.read_index()).version
+        snap = await store.read_index()
+        # a partly read index has no exact version: hash the file (an explicit rebuild)
+        exact = snap.version if snap.complete else await store.exact_index_version()
         order = {t: i for i, t in enumerate(MEMORY_TYPES)}
         files = sorted(
             scan.valid,

@@ -213,6 +213,37 @@ def normalize_target(target: str) -> str:
     return posixpath.normpath(target).lstrip("/") if target else target
 
 
+LINE_CUT_MARK = " [... line cut]"
+"""Appended to an index line cut at the line length limit."""
+
+
+def cut_index_text(data: bytes, size: int, *, max_line_chars: int) -> tuple[str, int, int]:
+    """Decode the first bytes of ``MEMORY.md`` into bounded text.
+
+    Args:
+        data: the bytes read (a prefix of the file, or all of it).
+        size: the file's size; when ``data`` is shorter, a partial last line is dropped
+            (unless it is the only one: a one-line file keeps its start).
+        max_line_chars: longer lines are cut to this many characters and marked with
+            :data:`LINE_CUT_MARK`.
+
+    Returns:
+        ``(text, bytes used, lines cut)``.
+    """
+    if len(data) < size:
+        end = data.rfind(b"\n")
+        if end >= 0:
+            data = data[: end + 1]
+    text = data.decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    cut = 0
+    for i, line in enumerate(lines):
+        if len(line) > max_line_chars:
+            lines[i] = line[:max_line_chars] + LINE_CUT_MARK
+            cut += 1
+    return ("\n".join(lines) if cut else text), len(data), cut
+
+
 def parse_index(text: str) -> list[IndexEntry]:
     """Entries of ``MEMORY.md`` (lines that are not entries are skipped)."""
     out = []

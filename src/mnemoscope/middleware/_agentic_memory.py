@@ -39,6 +39,16 @@ finishes with a different list of invalid files, the prompt is rebuilt before th
 reasoning step (as when ``MEMORY.md`` changes). So a bad file written by someone else is
 listed at the latest from the second reasoning step of the next reply; the agent's own
 bad writes are flagged at once in the Write/Edit result.
+
+Confinement: ``<workdir>/Memory`` must resolve strictly inside the workdir (a link to
+another directory of the workdir is fine). On the local disk this is checked when the
+agent is built (:class:`~mnemoscope.errors.UserError` otherwise), on other backends at
+the start of each reply; and again before every model call and every tool call. When the
+check fails (say, a tool replaced ``Memory`` by a link to ``/``), the working-directory
+grant is withdrawn at once, memory is disabled for the rest of the reply and a
+``MemoryEvent(action="error")`` says why; the next reply checks again. Files are read
+at their real paths inside that directory, links refused: a ``MEMORY.md`` that is a link
+stays out of the prompt.
 """
 
 from __future__ import annotations
@@ -51,7 +61,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from mnemoscope.errors import MnemoscopeError, UserError
+from mnemoscope.errors import MemoryStoreError, MnemoscopeError, UserError
 from mnemoscope.message import HintBlock, Msg, SystemMsg, UserMsg
 from mnemoscope.middleware._agentic_files import (
     INDEX_FILENAME,
@@ -70,7 +80,13 @@ from mnemoscope.middleware._agentic_prompt import (
     render_index_section,
     render_manifest,
 )
-from mnemoscope.middleware._agentic_store import MemoryStore, ScanResult
+from mnemoscope.middleware._agentic_store import (
+    MAX_INDEX_BYTES,
+    MAX_INDEX_LINE_CHARS,
+    IndexSnapshot,
+    MemoryStore,
+    ScanResult,
+)
 from mnemoscope.middleware._base import (
     ActingHandler,
     MiddlewareBase,
@@ -97,6 +113,9 @@ DEFAULT_RETRIEVAL_WAIT = 1.0
 
 LOCAL_MIN_SCORE_RATIO = 0.25
 """``selection="local"`` keeps files scoring at least this fraction of the best score."""
+
+GRANT_SOURCE = "agentic-memory"
+"""``source`` of the working-directory grant of the memory directory."""
 
 _READ_TOOLS = frozenset({"Read"})
 _WRITE_TOOLS = frozenset({"Write", "Edit"})
@@ -213,20 +232,63 @@ class AgenticMemoryMiddleware(MiddlewareBase):
         """Grant the agent access to the memory directory.
 
         Reads there are always allowed; writes follow the agent's permission mode (asked
-        in ``DEFAULT``, allowed in ``ACCEPT_EDITS``, denied in ``PLAN``).
+        in ``DEFAULT``, allowed in ``ACCEPT_EDITS``, denied in ``PLAN``). The grant is the
+        directory's real path.
+
+        Raises:
+            UserError: on the local disk, the memory directory resolves outside the
+                workdir (e.g. ``Memory`` is a link to ``/``) or is not a directory. Other
+                backends are checked when a reply starts.
         """
+        if self.store.is_local:
+            try:
+                root = self.store.confine_sync()
+            except MemoryStoreError as exc:
+                raise UserError(f"AgenticMemoryMiddleware: {exc}") from None
+        else:
+            root = self.memory_dir
+        self._grant(agent, root)
+
+    def _grant(self, agent: Agent, root: str) -> None:
         from mnemoscope.permission import AdditionalWorkingDirectory
 
-        agent.state.permission_context.working_directories[self.memory_dir] = (
-            AdditionalWorkingDirectory(path=self.memory_dir, source="agentic-memory")
-        )
+        dirs = agent.state.permission_context.working_directories
+        current = dirs.get(self.memory_dir)
+        if current is None or current.path != root:
+            dirs[self.memory_dir] = AdditionalWorkingDirectory(path=root, source=GRANT_SOURCE)
+
+    def _withdraw(self, agent: Agent) -> None:
+        dirs = agent.state.permission_context.working_directories
+        current = dirs.get(self.memory_dir)
+        if current is not None and current.source == GRANT_SOURCE:
+            del dirs[self.memory_dir]
+
+    async def _guard(self, ctx: ReplyContext) -> bool:
+        """Check confinement now; on failure withdraw the grant and disable memory for
+        the rest of the reply (reported once). Returns whether memory may be used."""
+        st = ctx.state_for(self)
+        if st.get("disabled"):
+            return False
+        try:
+            root = await self.store.confine()
+        except (MnemoscopeError, OSError) as exc:
+            self._withdraw(ctx.agent)
+            st["disabled"] = str(exc)
+            self._report(ctx, f"long-term memory is disabled for this reply: {exc}")
+            return False
+        self._grant(ctx.agent, root)
+        return True
 
     # ----------------------------------------------------------- onion hooks
     async def on_reply(
         self, ctx: ReplyContext, next_handler: ReplyHandler
     ) -> AsyncIterator[AgentEvent]:
         st = ctx.state_for(self)
-        st.update(read=set(), injected=set(), checkpoints=0, consumed=False)
+        st.update(read=set(), injected=set(), checkpoints=0, consumed=False, disabled="")
+        if not await self._guard(ctx):
+            async for event in next_handler(ctx):
+                yield event
+            return
         try:
             await self.store.ensure_layout()
         except (MnemoscopeError, OSError) as exc:
@@ -253,8 +315,10 @@ class AgenticMemoryMiddleware(MiddlewareBase):
     ) -> AsyncIterator[AgentEvent]:
         reply = ctx.reply
         st = reply.state_for(self)
+        # before every model call: a tool may have replaced the directory by a link
+        enabled = await self._guard(reply)
         task: asyncio.Task[RetrievalResult] | None = st.get("retrieval")
-        if task is not None and not st["consumed"]:
+        if enabled and task is not None and not st["consumed"]:
             first = st["checkpoints"] == 0
             st["checkpoints"] += 1
             if first and not task.done() and self.retrieval_wait > 0:
@@ -269,9 +333,14 @@ class AgenticMemoryMiddleware(MiddlewareBase):
     async def on_acting(
         self, ctx: ActingContext, next_handler: ActingHandler
     ) -> AsyncIterator[AgentEvent]:
+        # before every tool call too (an earlier call of the same step may have planted a
+        # link): the permission decision inside next_handler then no longer has the grant
+        enabled = await self._guard(ctx.reply)
         async for event in next_handler(ctx):
             yield event
         name = ctx.tool_use.name
+        if not enabled:
+            return
         if name not in _READ_TOOLS and name not in _WRITE_TOOLS:
             return
         filename = self._memory_filename(ctx.reply, ctx.tool_use.input)
@@ -288,7 +357,23 @@ class AgenticMemoryMiddleware(MiddlewareBase):
     # --------------------------------------------------------- system prompt
     async def on_system_prompt(self, ctx: ReplyContext, prompt: str) -> str:
         st = ctx.state_for(self)
-        index = await self.store.read_index_cached()
+        st["prompt_disabled"] = bool(st.get("disabled"))
+        if st.get("disabled"):
+            note = (
+                "# Long-term memory\n\nLong-term memory is unavailable in this reply "
+                f"(its directory {self.memory_dir} failed a safety check). Do not read or "
+                "write it; tell the user if they ask about memories."
+            )
+            return f"{prompt.rstrip()}\n\n{note}" if prompt.strip() else note
+        try:
+            index = await self.store.read_index_cached()
+        except (MnemoscopeError, OSError) as exc:
+            self._report(ctx, f"the index is not shown: {exc}")
+            try:  # the entry's own version: the prompt is rebuilt when it changes
+                cheap = await self.store.index_version()
+            except (MnemoscopeError, OSError):
+                cheap = "unreadable"
+            index = IndexSnapshot("", cheap, "", self.index_path)
         st["index_version"] = index.cheap_version
         scan = await self._scan_for_prompt(ctx, st)
         invalid = scan.invalid if scan is not None else []
@@ -305,10 +390,19 @@ class AgenticMemoryMiddleware(MiddlewareBase):
                 max_tokens=self.index_max_tokens,
                 count_tokens=counter,
             )
-            section = render_index_section(view, index_path=self.index_path, invalid=invalid)
+            section = render_index_section(
+                view,
+                index_path=self.index_path,
+                invalid=invalid,
+                size=index.size,
+                read_bytes=index.read_bytes,
+                long_lines=index.long_lines,
+                max_bytes=MAX_INDEX_BYTES,
+                max_line_chars=MAX_INDEX_LINE_CHARS,
+            )
             # the counter is kept (a strong reference): another model is another key
             self._section_cache = ((*key, counter), view, section)
-        if not view.truncated:
+        if not view.truncated and index.complete and index.version:
             # The model sees the whole index in its prompt: count that as having read it,
             # so the documented "Edit MEMORY.md" step works without a prior Read (the
             # tools still refuse the edit if the index changes on disk in between).
@@ -345,6 +439,10 @@ class AgenticMemoryMiddleware(MiddlewareBase):
 
     async def system_prompt_changed(self, ctx: ReplyContext) -> bool:
         st = ctx.state_for(self)
+        if bool(st.get("disabled")) != bool(st.get("prompt_disabled")):
+            return True
+        if st.get("disabled"):
+            return False
         if "index_version" not in st:
             return True
         task: asyncio.Task[ScanResult] | None = st.get("scan")
@@ -501,9 +599,10 @@ class AgenticMemoryMiddleware(MiddlewareBase):
         """A note for the model after it wrote a memory file (bad frontmatter, no index line)."""
         try:
             text = await self.store.read_text(filename)
-            index_text = (await self.store.read_index()).text
+            index = await self.store.read_index()
         except (FileNotFoundError, MnemoscopeError, OSError):
             return ""
+        index_text = index.text
         mf = parse_memory_file(filename, self.store.path_of(filename), text)
         notes = []
         if not mf.valid:
@@ -513,7 +612,8 @@ class AgenticMemoryMiddleware(MiddlewareBase):
                 "then name, description and type (user, feedback, project or reference), "
                 "then '---'."
             )
-        if filename not in {e.target for e in parse_index(index_text)}:
+        # a partly read index may hold the line further down: no reminder then
+        if index.complete and filename not in {e.target for e in parse_index(index_text)}:
             notes.append(f"Reminder: add a line for {filename} to {self.index_path}.")
         return "\n".join(notes)
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
+from mnemoscope.message import escape_attribute, escape_injected
 from mnemoscope.middleware._agentic_files import (
     INDEX_FILENAME,
     IndexView,
@@ -103,13 +104,43 @@ def render_index_section(
     omitted_names_max: int = 20,
     invalid: Sequence[MemoryFile] = (),
     invalid_max: int = 10,
+    size: int = 0,
+    read_bytes: int = 0,
+    long_lines: int = 0,
+    max_bytes: int = 0,
+    max_line_chars: int = 0,
 ) -> str:
-    """The ``## MEMORY.md`` part of the system prompt: the bounded index and its notes."""
+    """The ``## MEMORY.md`` part of the system prompt: the bounded index and its notes.
+
+    ``size``/``read_bytes`` (the file's size and how much of it was read) and
+    ``long_lines`` (lines cut at ``max_line_chars``) add a note on what the read left out.
+    """
     parts = [f"## {INDEX_FILENAME} (the index, at {index_path})"]
     if view.total_lines == 0:
-        parts.append("The index is empty: no memories saved yet.")
+        parts.append(
+            "The index is empty: no memories saved yet."
+            if read_bytes >= size
+            else "(Nothing of the index is shown: see the note below.)"
+        )
     else:
-        parts.append(view.text)
+        parts.append(escape_injected(view.text))
+    if read_bytes < size or long_lines:
+        notes = []
+        if read_bytes < size:
+            notes.append(
+                f"[{INDEX_FILENAME} is {size} bytes, over the {max_bytes} byte read limit: "
+                f"only its first {read_bytes} bytes were read; the rest is not shown.]"
+            )
+        if long_lines:
+            notes.append(
+                f"[{long_lines} line(s) of {INDEX_FILENAME} are longer than {max_line_chars} "
+                "characters and were cut; index lines should be one short entry each.]"
+            )
+        notes.append(
+            f"The index is too large to be shown whole: Read {index_path} (in parts) before "
+            "editing it, and shrink it to one short line per memory."
+        )
+        parts.append("\n".join(notes))
     if view.truncated:
         budget = "line" if view.cut_by == "lines" else "token"
         first = view.shown_lines + 1
@@ -118,7 +149,9 @@ def render_index_section(
             f"{view.total_lines} are not shown above.]"
         ]
         if view.omitted_count:
-            names = ", ".join(e.target for e in view.omitted[:omitted_names_max])
+            names = escape_injected(
+                ", ".join(e.target for e in view.omitted[:omitted_names_max]), one_line=True
+            )
             more = view.omitted_count - min(len(view.omitted), omitted_names_max)
             lines.append(
                 f"Entries left out ({view.omitted_count}): {names}"
@@ -135,7 +168,7 @@ def render_index_section(
             "[Memory files with invalid frontmatter (left out of automatic retrieval; fix them):"
         ]
         for mf in invalid[:invalid_max]:
-            lines.append(f"- {mf.filename}: {'; '.join(mf.errors)}")
+            lines.append(escape_injected(f"- {mf.filename}: {'; '.join(mf.errors)}", one_line=True))
         if len(invalid) > invalid_max:
             lines.append(f"- and {len(invalid) - invalid_max} more")
         parts.append("\n".join(lines) + "]")
@@ -145,8 +178,11 @@ def render_index_section(
 def render_manifest(files: Sequence[MemoryFile], now: float | None = None) -> str:
     """One line per file: ``- [type] file.md (saved 3 days ago): description``."""
     return "\n".join(
-        f"- [{mf.type or '?'}] {mf.filename} (saved {format_age(mf.mtime, now)}): "
-        f"{mf.description or ''}"
+        escape_injected(
+            f"- [{mf.type or '?'}] {mf.filename} (saved {format_age(mf.mtime, now)}): "
+            f"{mf.description or ''}",
+            one_line=True,
+        )
         for mf in files
     )
 
@@ -158,8 +194,9 @@ def render_hint(files: Sequence[tuple[MemoryFile, str]], now: float | None = Non
         "they are already shown here, no need to Read them):"
     ]
     for mf, content in files:
+        # the file's text cannot close its <memory> nor the hint's wrapper
         parts.append(
-            f'<memory file="{mf.path}" saved="{format_age(mf.mtime, now)}">\n'
-            f"{content.strip()}\n</memory>"
+            f'<memory file="{escape_attribute(mf.path)}" saved="{format_age(mf.mtime, now)}">\n'
+            f"{escape_injected(content.strip())}\n</memory>"
         )
     return "\n\n".join(parts)

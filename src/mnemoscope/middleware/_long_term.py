@@ -23,6 +23,11 @@ Control modes (``mode``):
   ``add_memory(thinking, content)`` plus a short system-prompt nudge; nothing automatic.
 * ``"both"``: both at once.
 
+Stored memories are untrusted text: in the injected message and in ``search_memory``
+results each one is folded onto one line with wrapper delimiters neutralised
+(:func:`~mnemoscope.message.escape_injected`), so it cannot add lines of its own or end
+a wrapper around the list. Subclasses (``Mem0Middleware``) inherit this.
+
 Write-back happens when the loop ends with an answer (``done``) or at ``max_iters`` (then
 the last thing the assistant said is the answer, never the framework's "I stopped after
 N steps" notice); a reply that raised or was cancelled writes nothing. Failures are loud:
@@ -43,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from mnemoscope.errors import MemoryStoreError, UserError
 from mnemoscope.memory import LongTermMemoryBase, MemoryItem, RecordResult
-from mnemoscope.message import AssistantMsg, Msg, UserMsg
+from mnemoscope.message import AssistantMsg, Msg, UserMsg, escape_injected
 from mnemoscope.middleware._base import MiddlewareBase, ReplyHandler
 from mnemoscope.middleware._context import ReplyContext
 from mnemoscope.middleware._events import AgentEvent, MemoryEvent
@@ -470,7 +475,7 @@ class LongTermMemoryMiddleware(MiddlewareBase):
             else f"No memories found for {', '.join(map(repr, queries))}."
         ]
         lines += [
-            f"- {i.content}" + (f" (score {i.score:.2f})" if i.score is not None else "")
+            f"- {_one_line(i.content)}" + (f" (score {i.score:.2f})" if i.score is not None else "")
             for i in items
         ]
         if failures:
@@ -555,12 +560,18 @@ class LongTermMemoryMiddleware(MiddlewareBase):
 
 
 def format_memories(items: list[MemoryItem]) -> str:
-    """The text of the injected ``AssistantMsg(name="memory")``."""
+    """The text of the injected ``AssistantMsg(name="memory")``: one line per memory."""
     lines = [
         "Long-term memories that may be relevant to the next message (from earlier conversations):"
     ]
-    lines += [f"- {i.content}" for i in items]
+    lines += [f"- {_one_line(i.content)}" for i in items]
     return "\n".join(lines)
+
+
+def _one_line(content: str) -> str:
+    """A memory as one list item: folded onto one line, wrapper delimiters neutralised, so a
+    stored text cannot add lines of its own or end a wrapper around the list."""
+    return escape_injected(content, one_line=True)
 
 
 def _item_data(item: MemoryItem) -> dict[str, Any]:

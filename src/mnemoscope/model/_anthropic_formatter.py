@@ -12,7 +12,8 @@ Rules: system messages go to the ``system`` parameter; tool uses are ``tool_use`
 the assistant turn and results are ``tool_result`` blocks opening the next user turn;
 consecutive turns of the same role are merged (the API wants alternation); thinking blocks
 are dropped from the input (the API needs their signatures, which are not kept); hints are
-user text wrapped like in the OpenAI formatter.
+user text wrapped (and their delimiters neutralised) by the OpenAI formatter's
+:func:`~mnemoscope.model._openai_formatter.format_hint`.
 """
 
 from __future__ import annotations

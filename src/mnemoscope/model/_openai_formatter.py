@@ -20,8 +20,10 @@ Rules (input):
 * :class:`ThinkingBlock` s are dropped (providers reject or ignore echoed reasoning).
 * :class:`HintBlock` s become text wrapped in
   ``<system-hint source="...">...</system-hint>`` so the model can tell injected context
-  from what the user typed: inline in user and system messages, as a user message after an
-  assistant message; hints never split a tool call from its results.
+  from what the user typed (a ``<system-hint`` or ``</system-hint`` inside the hint is
+  neutralised, so the text cannot end the wrapper early): inline in user and system
+  messages, as a user message after an assistant message; hints never split a tool call
+  from its results.
 
 Rules (output): tool-call arguments that are not a JSON object are kept as the raw string
 under :data:`RAW_ARGUMENTS_KEY`, so tool input validation reports them to the model;
@@ -45,6 +47,8 @@ from mnemoscope.message import (
     ToolResultBlock,
     ToolUseBlock,
     URLSource,
+    escape_attribute,
+    escape_injected,
 )
 from mnemoscope.model._base import ToolSchema
 from mnemoscope.model._response import ChatChunk, ChatResponse, ChatUsage, ToolChoice
@@ -53,12 +57,19 @@ RAW_ARGUMENTS_KEY = "_raw_arguments"
 """Key under which tool-call arguments that are not a JSON object are kept, verbatim."""
 
 _EMPTY_TOOL_OUTPUT = "(no output)"
+_HINT_TAGS = ("system-hint",)
 
 
 def format_hint(hint: HintBlock) -> str:
-    """The text a :class:`HintBlock` is shown to the model as."""
-    source = f' source="{hint.source}"' if hint.source else ""
-    return f"<system-hint{source}>\n{hint.hint}\n</system-hint>"
+    """The text a :class:`HintBlock` is shown to the model as.
+
+    ``<system-hint`` and ``</system-hint`` inside the hint are neutralised
+    (:func:`~mnemoscope.message.escape_injected`), so no text in it can end the wrapper;
+    wrappers the producer nested on purpose (``<memory>``) are its own to escape.
+    """
+    source = f' source="{escape_attribute(hint.source)}"' if hint.source else ""
+    text = escape_injected(hint.hint, tags=_HINT_TAGS)
+    return f"<system-hint{source}>\n{text}\n</system-hint>"
 
 
 def image_url(image: ImageBlock) -> str:
