@@ -9,6 +9,7 @@ from mnemoscope.message import ToolResultBlock
 from mnemoscope.middleware import ActingContext, AgentEvent, PermissionEvent
 from mnemoscope.permission import PermissionRequest
 from mnemoscope.tool import ToolContext
+from mnemoscope.tool._output import describe_exception, must_propagate
 
 if TYPE_CHECKING:
     from mnemoscope.agent._agent import Agent
@@ -30,21 +31,38 @@ async def acting_core(agent: Agent, ctx: ActingContext) -> AsyncIterator[AgentEv
         reply=ctx.reply,
         state=agent.state.tool_state,
     )
-    decision = await tool.check_permissions(tool_input, tool_ctx)
-    if decision is None:
-        decision = perm.decide(
-            tool.name,
-            is_read_only=tool.is_read_only,
-            auto_allow=tool.auto_allow,
-            paths=[(pa.path, pa.access) for pa in tool.permission_paths(tool_input)],
+    try:
+        # tool code (check_permissions, permission_paths) must not crash the reply: a
+        # failing check is an error result and the call is not run
+        decision = await tool.check_permissions(tool_input, tool_ctx)
+        paths = tool.permission_paths(tool_input)
+        if decision is None:
+            decision = perm.decide(
+                tool.name,
+                is_read_only=tool.is_read_only,
+                auto_allow=tool.auto_allow,
+                paths=[(pa.path, pa.access) for pa in paths],
+            )
+    except BaseException as exc:
+        if must_propagate(exc):
+            raise
+        ctx.result = ToolResultBlock(
+            id=tool_use.id,
+            name=tool.name,
+            state="error",
+            output=(
+                f"The permission check of {tool.name} failed ({describe_exception(exc)}), "
+                "so the call was not run."
+            ),
         )
+        return
     if decision.behavior == "ask":
         approved = False
         if perm.ask_callback is not None:
             request = PermissionRequest(
                 tool_name=tool.name,
                 tool_input=tool_use.input,
-                paths=[pa.path for pa in tool.permission_paths(tool_input)],
+                paths=[pa.path for pa in paths],
                 message=decision.message,
             )
             approved = bool(await perm.ask_callback(request))

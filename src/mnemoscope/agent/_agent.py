@@ -27,7 +27,7 @@ from mnemoscope.agent._state import AgentState
 from mnemoscope.context import ContextBuilder
 from mnemoscope.errors import UserError
 from mnemoscope.memory import InMemoryMemory, MemoryBase
-from mnemoscope.message import AssistantMsg, Msg, TextBlock, UserMsg, as_msg
+from mnemoscope.message import AssistantMsg, Msg, TextBlock, ToolResultBlock, UserMsg, as_msg
 from mnemoscope.middleware import (
     ActingContext,
     AgentEvent,
@@ -44,6 +44,9 @@ from mnemoscope.model import ChatModelBase
 from mnemoscope.tool import Toolkit
 
 TOOL_RESULT_MARK = "tool_result"
+FULL_OUTPUTS_KEY = "full_outputs"
+"""Metadata key of a tool-result message holding outputs cut before they reached the model:
+``{"<position of the result in the message>": full text}`` (stored, never sent)."""
 HISTORY_EXCLUDED_MARKS = ("hint",)
 """Marks of stored messages not shown again in later replies (one-off injections)."""
 
@@ -59,7 +62,10 @@ class Agent:
         middlewares: outermost first.
         memory: short-term memory; a fresh :class:`InMemoryMemory` by default.
         max_iters: maximum reasoning steps per reply.
-        max_context_tokens: token budget of one model input (``None``: no budget).
+        max_context_tokens: token budget of one model input (``None``: no budget). It
+            also bounds tool results: the results of one step share about a quarter of
+            it (at most ``toolkit.max_output_chars`` each); what is cut is kept in the
+            result message's ``metadata[FULL_OUTPUTS_KEY]``, stored but never sent.
         max_history_messages: load at most this many of the latest stored messages per
             reply (``None``: the whole session). Bounds the read from a large session
             store; the token budget then decides what of it the model sees.
@@ -171,16 +177,24 @@ class Agent:
                 ctx.result = step
                 ctx.exit_reason = "done"
                 return
-            results = []
+            results: list[ToolResultBlock] = []
+            full_outputs: dict[str, str] = {}
+            max_chars = self._output_chars(len(tool_uses))
             for tool_use in tool_uses:
                 yield ToolUseEvent(reply_id=ctx.reply_id, tool_use=tool_use)
                 actx = ActingContext(reply=ctx, tool_use=tool_use)
                 async for event in self._acting_chain(actx):
                     yield event
                 assert actx.result is not None
-                results.append(actx.result)
-                yield ToolResultEvent(reply_id=ctx.reply_id, result=actx.result)
-            result_msg = UserMsg("tool", results)
+                # what reaches the model is bounded; the cut text is stored, not sent
+                result, full = self.toolkit.limit_output(actx.result, max_chars)
+                if full is not None:
+                    full_outputs[str(len(results))] = full
+                results.append(result)
+                yield ToolResultEvent(reply_id=ctx.reply_id, result=result)
+            result_msg = UserMsg(
+                "tool", results, metadata={FULL_OUTPUTS_KEY: full_outputs} if full_outputs else {}
+            )
             ctx.transcript += [step, result_msg]
             # the tool use and its results are stored together, in one atomic batch
             await self.memory.add([step, result_msg])
@@ -189,6 +203,15 @@ class Agent:
         ctx.result = self._max_iters_reply(ctx)
         ctx.transcript.append(ctx.result)
         await self.memory.add(ctx.result)
+
+    def _output_chars(self, n_results: int) -> int | None:
+        """Characters one result of a step may send, from the context budget."""
+        budget = self.context_builder.max_tokens
+        if budget is None:
+            return None
+        # a step's results share a quarter of the budget, at ~2 characters a token (the
+        # estimate's rate for Latin text is 3.5; CJK text spends more tokens a character)
+        return budget // 4 * 2 // max(n_results, 1)
 
     def _max_iters_reply(self, ctx: ReplyContext) -> Msg:
         last_text = next(

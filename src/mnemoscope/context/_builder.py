@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mnemoscope.message import HintBlock, Msg, SystemMsg, ToolResultBlock, ToolUseBlock, UserMsg
+from mnemoscope.model._tokens import HUGE_TEXT_CHARS, count_tokens, fast_estimate_tokens
 from mnemoscope.model._tokens import TokenCounter as TokenCounterLike
-from mnemoscope.model._tokens import count_tokens
 
 PER_MESSAGE_OVERHEAD = 4
 """Tokens charged per message for role/name framing (OpenAI's documented ~3-4)."""
@@ -60,16 +60,26 @@ class ContextBuilder:
         """Tokens of one message (cached by id: stored messages do not change)."""
         cached = self._cache.get(msg.id)
         if cached is None:
-            cached = PER_MESSAGE_OVERHEAD + self._count(render_for_count(msg))
+            cached = PER_MESSAGE_OVERHEAD + self.text_tokens(render_for_count(msg))
             if len(self._cache) > 50_000:
                 self._cache.clear()
             self._cache[msg.id] = cached
         return cached
 
+    def text_tokens(self, text: str) -> int:
+        """Tokens of a text; a huge one is estimated from its size, never tokenised.
+
+        The counter may be a model's exact tokenizer: on a multi-megabyte text (an old
+        stored tool result, a pasted log) it would block the event loop for seconds.
+        """
+        if len(text) > HUGE_TEXT_CHARS:
+            return fast_estimate_tokens(text)
+        return self._count(text)
+
     def _prompt_tokens(self, prompt: str) -> int:
         # the prompt is stable within a reply (and usually across replies): count it once
         if self._last_prompt[0] != prompt:
-            self._last_prompt = (prompt, self._count(prompt))
+            self._last_prompt = (prompt, self.text_tokens(prompt))
         return self._last_prompt[1]
 
     def build(
@@ -100,7 +110,7 @@ class ContextBuilder:
         for group in reversed(groups):
             cost = sum(self.msg_tokens(m) for m in group)
             if budget is not None and (dropped or used + cost > budget):
-                dropped.extend(group)
+                dropped.extend(reversed(group))  # reversed again below: oldest first
                 continue
             kept.append(group)
             used += cost
@@ -152,19 +162,42 @@ def omission_notice(dropped: Sequence[Msg], tokens: int) -> Msg:
 
 
 def sanitize_history(history: Sequence[Msg]) -> list[Msg]:
-    """Drop tool uses without results and results without uses (half-written turns)."""
-    use_ids = {b.id for m in history for b in m.content if isinstance(b, ToolUseBlock)}
-    result_ids = {b.id for m in history for b in m.content if isinstance(b, ToolResultBlock)}
-    paired = use_ids & result_ids
-    if paired == use_ids == result_ids:
+    """Keep only the tool uses and results that pair up, pairing them by position.
+
+    A result pairs with a use of the *step* right before it (the assistant message with
+    tool calls, whose results message directly follows it in storage), matched by id
+    within that step only. Ids are not unique across a session (providers reuse
+    ``call_0``), so a result whose step was cut off (e.g. by ``max_history_messages``)
+    never pairs with a later use of the same id. Unpaired uses and results (a window
+    boundary, a half-written turn) are dropped; a message left empty is dropped.
+    """
+    if not any(isinstance(b, ToolUseBlock | ToolResultBlock) for m in history for b in m.content):
+        return list(history)
+    drop: set[tuple[int, int]] = set()
+    pending: list[tuple[int, int, str]] = []  # unanswered uses of the current step
+    for mi, m in enumerate(history):
+        has_results = False
+        uses: list[tuple[int, int, str]] = []
+        for bi, b in enumerate(m.content):
+            if isinstance(b, ToolResultBlock):
+                has_results = True
+                match = next((k for k, p in enumerate(pending) if p[2] == b.id), None)
+                if match is None:
+                    drop.add((mi, bi))
+                else:
+                    del pending[match]
+            elif isinstance(b, ToolUseBlock):
+                uses.append((mi, bi, b.id))
+        if uses or not has_results:
+            # any message but a results message ends the step: unanswered uses go
+            drop.update((p[0], p[1]) for p in pending)
+            pending = uses
+    drop.update((p[0], p[1]) for p in pending)
+    if not drop:
         return list(history)
     out: list[Msg] = []
-    for m in history:
-        blocks = [
-            b
-            for b in m.content
-            if not (isinstance(b, ToolUseBlock | ToolResultBlock) and b.id not in paired)
-        ]
+    for mi, m in enumerate(history):
+        blocks = [b for bi, b in enumerate(m.content) if (mi, bi) not in drop]
         if blocks:
             out.append(
                 m if len(blocks) == len(m.content) else m.model_copy(update={"content": blocks})
@@ -173,17 +206,17 @@ def sanitize_history(history: Sequence[Msg]) -> list[Msg]:
 
 
 def _group(history: Sequence[Msg]) -> list[list[Msg]]:
-    """Split history so that a tool-use message and its result messages stay together."""
+    """Split sanitised history so that a step and the messages holding its results stay
+    together (by position: a results message belongs to the step right before it)."""
     groups: list[list[Msg]] = []
-    open_ids: set[str] = set()
+    open_step = False
     for m in history:
-        uses = {b.id for b in m.content if isinstance(b, ToolUseBlock)}
-        results = {b.id for b in m.content if isinstance(b, ToolResultBlock)}
-        if open_ids and results & open_ids:
+        has_uses = any(isinstance(b, ToolUseBlock) for b in m.content)
+        has_results = any(isinstance(b, ToolResultBlock) for b in m.content)
+        if groups and open_step and has_results:
             groups[-1].append(m)
-            open_ids -= results
-            open_ids |= uses
+            open_step = True
             continue
         groups.append([m])
-        open_ids = set(uses)
+        open_step = has_uses
     return groups

@@ -10,6 +10,11 @@ errs on the side of counting too many:
   would undercount Chinese by a factor of five or more);
 * every other run of characters counts as ``ceil(utf8_bytes / 3.5)`` tokens, plus one
   token per whitespace-separated word boundary beyond that for very short words.
+
+Texts longer than :data:`HUGE_TEXT_CHARS` are never tokenised (that blocks the event loop
+for seconds on a multi-megabyte tool result): :func:`fast_estimate_tokens` charges
+``ceil(utf8_bytes / 2)``, which is 1.5 tokens a CJK character like the estimate above and
+more than it for Latin text.
 """
 
 from __future__ import annotations
@@ -43,10 +48,23 @@ def _is_cjk(ch: str) -> bool:
     return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
 
 
+HUGE_TEXT_CHARS = 64_000
+"""Above this many characters, token counts are estimated from the size alone."""
+
+
+def fast_estimate_tokens(text: str) -> int:
+    """``ceil(utf8_bytes / 2)``: a size-only estimate for huge texts (module docstring)."""
+    if text.isascii():
+        return math.ceil(len(text) / 2)
+    return math.ceil(len(text.encode("utf-8", "surrogatepass")) / 2)
+
+
 def estimate_tokens(text: str) -> int:
     """A conservative token estimate that needs no tokenizer (see module docstring)."""
     if not text:
         return 0
+    if len(text) > HUGE_TEXT_CHARS:
+        return fast_estimate_tokens(text)
     cjk = 0
     other_bytes = 0
     words = 0
@@ -102,9 +120,12 @@ def _tiktoken_encoder(encoding: str) -> Any | None:
 
 
 def count_tokens(text: str, encoding: str = "o200k_base") -> int:
-    """Exact count with tiktoken when its encoding is available, else the estimate."""
+    """Exact count with tiktoken when its encoding is available, else the estimate.
+
+    Texts over :data:`HUGE_TEXT_CHARS` characters are always estimated from their size.
+    """
     enc = _tiktoken_encoder(encoding)
-    if enc is None:
+    if enc is None or len(text) > HUGE_TEXT_CHARS:
         return estimate_tokens(text)
     return len(enc.encode(text, disallowed_special=()))
 

@@ -8,17 +8,21 @@ reads, and which paths a call touches (for the permission engine).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 from mnemoscope.message import ImageBlock, TextBlock
 from mnemoscope.model import ToolSchema
+from mnemoscope.tool._threads import ToolThreadPool, default_tool_pool
 
 if TYPE_CHECKING:
     from mnemoscope.middleware import ReplyContext
     from mnemoscope.permission import PermissionContext, PermissionDecision
+
+T = TypeVar("T")
 
 
 class ToolResult(BaseModel):
@@ -53,12 +57,25 @@ class ToolContext:
         reply: the reply this call belongs to (``None`` when called outside an agent).
         state: per-agent scratch space shared by tools across replies (e.g. which files
             were read and at which version, used by Write/Edit's read-before-write check).
+        thread_pool: where :meth:`run_blocking` runs blocking code: the toolkit's own
+            bounded pool (``None``: a shared bounded pool, never the loop's executor).
     """
 
     tool_use_id: str = ""
     permission_context: PermissionContext | None = None
     reply: ReplyContext | None = None
     state: dict[str, Any] = field(default_factory=dict)
+    thread_pool: ToolThreadPool | None = None
+
+    async def run_blocking(self, func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """Run blocking code for a tool off the event loop, in the toolkit's thread pool.
+
+        Use this instead of ``asyncio.to_thread`` in tools: a call that hangs then only
+        holds a thread of the toolkit's bounded pool, and the call's timeout abandons it
+        (see :class:`~mnemoscope.tool.Toolkit`).
+        """
+        pool = self.thread_pool or default_tool_pool()
+        return await pool.run(func, *args, **kwargs)
 
 
 class ToolBase(ABC):
@@ -74,6 +91,8 @@ class ToolBase(ABC):
     is_read_only: bool = False
     auto_allow: bool = False
     """When True the tool allows itself in the permission engine (e.g. memory tools)."""
+    timeout: float | None = None
+    """Seconds one call may take; ``None`` uses the toolkit's default (``Toolkit(timeout=)``)."""
 
     def schema(self) -> ToolSchema:
         """The provider-neutral schema shown to the model (built once per tool)."""

@@ -15,16 +15,17 @@ the Google-style docstring::
 
 from __future__ import annotations
 
-import asyncio
 import inspect
+import json
 import re
 from collections.abc import Callable
 from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from mnemoscope.errors import UserError
+from mnemoscope.errors import UserError, ValidationError
 from mnemoscope.tool._base import ToolBase, ToolContext, ToolResult
+from mnemoscope.tool._output import describe_exception
 
 _ARG_LINE = re.compile(r"^\s{2,}(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
 
@@ -63,7 +64,8 @@ class FunctionTool(ToolBase):
     """A tool made from a function; see the module docstring.
 
     A parameter annotated with :class:`ToolContext` (any name) receives the call's
-    context and is hidden from the model.
+    context and is hidden from the model. A sync function runs in the toolkit's bounded
+    thread pool; ``timeout`` (seconds) overrides the toolkit's default time limit.
     """
 
     def __init__(
@@ -74,9 +76,16 @@ class FunctionTool(ToolBase):
         description: str | None = None,
         is_read_only: bool = False,
         auto_allow: bool = False,
+        timeout: float | None = None,
     ) -> None:
         if not callable(func):
             raise UserError(f"FunctionTool needs a callable, got {func!r}")
+        if timeout is not None and not (isinstance(timeout, int | float) and timeout > 0):
+            raise UserError(
+                f"tool {name or getattr(func, '__name__', func)!r}: timeout must be a positive "
+                f"number of seconds or None (the toolkit's default), got {timeout!r}"
+            )
+        self.timeout = timeout
         self.func = func
         self.name = name or func.__name__
         doc_desc, param_docs = parse_docstring(func.__doc__)
@@ -108,27 +117,45 @@ class FunctionTool(ToolBase):
         if inspect.iscoroutinefunction(self.func):
             result = await self.func(**kwargs)
         else:
-            result = await asyncio.to_thread(self.func, **kwargs)
+            # the toolkit's bounded pool, never the loop's default executor: a hung sync
+            # tool must not starve asyncio.to_thread users (file tools, backends)
+            result = await ctx.run_blocking(self.func, **kwargs)
+            if inspect.isawaitable(result):  # e.g. an object whose __call__ is async
+                result = await result
         if isinstance(result, ToolResult):
             return result
-        return ToolResult(output=result if isinstance(result, str) else _to_text(result))
+        return ToolResult(output=result if isinstance(result, str) else to_text(result))
 
 
-def _to_text(value: Any) -> str:
+def to_text(value: Any) -> str:
+    """The text shown to the model for a tool's return value (JSON where possible).
+
+    Raises:
+        ValidationError: the value cannot be turned into text (its ``__str__`` raises).
+    """
     if value is None:
         return ""
-    if isinstance(value, BaseModel):
-        return value.model_dump_json()
     try:
-        import json
-
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        return str(value)
+        if isinstance(value, BaseModel):
+            return value.model_dump_json()
+        try:
+            return json.dumps(value, ensure_ascii=False, default=str)
+        except (TypeError, ValueError, RecursionError):
+            return str(value)
+    except Exception as exc:
+        raise ValidationError(
+            f"returned a {type(value).__name__} that cannot be turned into text "
+            f"({describe_exception(exc)}); return a str, a JSON-serialisable value "
+            "or a ToolResult"
+        ) from exc
 
 
 def function_tool(func: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
-    """Decorator: ``@function_tool`` or ``@function_tool(name=..., is_read_only=True)``."""
+    """Decorator: ``@function_tool`` or ``@function_tool(name=..., is_read_only=True)``.
+
+    Keyword arguments are those of :class:`FunctionTool` (``name``, ``description``,
+    ``is_read_only``, ``auto_allow``, ``timeout`` in seconds).
+    """
     if func is None:
         return lambda f: FunctionTool(f, **kwargs)
     return FunctionTool(func, **kwargs)
