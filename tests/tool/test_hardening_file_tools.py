@@ -336,3 +336,12 @@ async def test_an_agent_started_in_root_or_home_has_no_implicit_file_access(
     assert all("Permission denied" in r for r in results), results
     assert not any(SECRET in r or "bob's notes" in r for r in results)
     assert not target.exists()
+
+
+async def test_read_splits_lines_like_edit_and_grep(tmp_path):
+    """Item 22: only \\n, \\r\\n and \\r end a line; a form feed stays inside its line."""
+    (tmp_path / "f.txt").write_bytes(b"a\x0cb\nc\n")
+    read = Read(backend=LocalBackend(cwd=str(tmp_path)))
+    res = await read.call(read.Input(file_path="f.txt"), ToolContext())
+    lines = [line for line in res.output.split("\n") if "\t" in line]
+    assert lines == ["     1\ta\x0cb", "     2\tc"]

@@ -39,7 +39,7 @@ async def test_relative_paths_resolve_against_cwd(case):
 
 @pytest.mark.parametrize(
     "encoding,prefix",
-    [("utf-8", b""), ("utf-8-sig", codecs.BOM_UTF8), ("utf-16", b""), ("latin-1", b"")],
+    [("utf-8", b""), ("utf-8-sig", codecs.BOM_UTF8), ("utf-16", b"")],
 )
 async def test_text_writes_keep_encoding_and_crlf(case, encoding, prefix):
     b, w = case.backend, case.workdir

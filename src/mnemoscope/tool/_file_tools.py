@@ -42,6 +42,7 @@ from mnemoscope.workspace import (
     WriteResult,
 )
 from mnemoscope.workspace._fsops import FsError, decode_text
+from mnemoscope.workspace._fsops_text import split_lines
 
 if TYPE_CHECKING:
     from mnemoscope.permission import PermissionDecision
@@ -201,7 +202,7 @@ class _FileTool(ToolBase):
                     f"{path} has changed since you last read it (modified by someone else). "
                     f"Read it again, then redo the {self.name}."
                 )
-        st = await self.backend.stat(path, roots=roots)
+        st = await self.backend.stat(path, roots=roots, hash=False)  # only its real path
         real_seen = read_version(ctx.state, self.backend, st.path) if st.exists else None
         if real_seen is None:
             return ToolResult.error(
@@ -281,7 +282,7 @@ class Read(_FileTool):
         self._remember(ctx, content.stat.version, path, content.stat.path)
         if not text:
             return ToolResult(output=f"({path} is empty)", metadata={"lines": 0})
-        lines = text.splitlines()
+        lines = split_lines(text)  # \n, \r\n, \r only: as Edit and Grep count lines
         start = (tool_input.offset or 1) - 1
         count = tool_input.limit or READ_DEFAULT_LINES
         if start >= len(lines):

@@ -21,11 +21,12 @@ import builtins
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mnemoscope.errors import MnemoscopeError, PermissionDeniedError, UserError
 from mnemoscope.workspace._fsops import ABSENT
+from mnemoscope.workspace._fsops_search import GREP_TIME_LIMIT
 
 if TYPE_CHECKING:
     from mnemoscope.tool import ToolBase
@@ -34,7 +35,8 @@ if TYPE_CHECKING:
 class WorkspaceError(MnemoscopeError):
     """A backend operation failed. ``code`` is one of ``denied``, ``not_found``,
     ``is_directory``, ``conflict``, ``no_match``, ``multiple_matches``, ``too_large``,
-    ``binary``, ``invalid``, ``read_only``, ``io``, ``unavailable``."""
+    ``binary``, ``invalid``, ``read_only``, ``io``, ``unavailable``, ``too_slow`` (a
+    grep ran over its time limit)."""
 
     def __init__(self, message: str, code: str = "io") -> None:
         super().__init__(message)
@@ -153,6 +155,8 @@ class DirEntry:
 
 @dataclass(frozen=True)
 class GrepMatch:
+    """One matching line; ``text`` shows an undecodable byte as U+FFFD."""
+
     path: str
     line: int
     text: str
@@ -160,9 +164,22 @@ class GrepMatch:
 
 @dataclass(frozen=True)
 class GrepResult:
+    """What :meth:`BackendBase.grep` returns.
+
+    Attributes:
+        matches: the matching lines, in file order.
+        truncated: stopped at ``limit`` matches.
+        files_searched: files actually searched (not those skipped).
+        skipped: ``(path, reason)`` of files that were not searched (too large, binary,
+            not readable, past the walk limit); the first 100.
+        files_skipped: how many files were skipped in all.
+    """
+
     matches: list[GrepMatch]
     truncated: bool
     files_searched: int
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    files_skipped: int = 0
 
 
 @dataclass(frozen=True)
@@ -236,7 +253,8 @@ class BackendBase(ABC):
     async def read_text(
         self, path: str, *, roots: Roots = None, max_bytes: int | None = None
     ) -> str:
-        """Decoded text (UTF-8, UTF-8 BOM, UTF-16 BOM, else Latin-1); line endings kept."""
+        """Decoded text (UTF-8, UTF-8 BOM, UTF-16 BOM; U+FFFD for each byte that does not
+        decode, the rest stays UTF-8); line endings kept."""
         from mnemoscope.workspace._fsops import FsError, decode_text
 
         data = await self.read_bytes(path, roots=roots, max_bytes=max_bytes)
@@ -267,7 +285,10 @@ class BackendBase(ABC):
         return bool(res["exists"])
 
     async def list(self, path: str, *, roots: Roots = None) -> list[DirEntry]:
-        """Entries of a directory, sorted by name, with size and mtime (one call, no reads)."""
+        """Entries of a directory, sorted by name, with size and mtime (one call, no reads).
+
+        A name with undecodable bytes or control characters comes back escaped
+        (``bad\\xff.txt``), as do paths from :meth:`glob` and :meth:`grep`."""
         res = await self._call("list", {"path": self.abspath(path), "roots": self._roots(roots)})
         fields = DirEntry.__dataclass_fields__
         return [DirEntry(**{k: v for k, v in e.items() if k in fields}) for e in res["entries"]]
@@ -296,8 +317,18 @@ class BackendBase(ABC):
         glob: str | None = None,
         ignore_case: bool = False,
         limit: int = 200,
+        time_limit: float = GREP_TIME_LIMIT,
     ) -> GrepResult:
-        """Lines matching the regular expression ``pattern`` in a file or below a directory."""
+        """Lines matching the regular expression ``pattern`` in a file or below a directory.
+
+        Files are decoded as :meth:`read_text` does (UTF-16 with a BOM included); files
+        not searched are listed in :attr:`GrepResult.skipped` with the reason.
+
+        Raises:
+            WorkspaceError: code ``too_slow`` when the search runs over ``time_limit``
+                seconds (a pattern that backtracks catastrophically, or a huge tree); the
+                message names the file and line it stopped at.
+        """
         res = await self._call(
             "grep",
             {
@@ -307,12 +338,15 @@ class BackendBase(ABC):
                 "glob": glob,
                 "ignore_case": ignore_case,
                 "limit": limit,
+                "time_limit": time_limit,
             },
         )
         return GrepResult(
             [GrepMatch(**m) for m in res["matches"]],
             bool(res["truncated"]),
             int(res["files_searched"]),
+            [(str(p), str(why)) for p, why in res.get("skipped", [])],
+            int(res.get("files_skipped", 0)),
         )
 
     # ---------------------------------------------------------------- writing

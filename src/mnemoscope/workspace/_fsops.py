@@ -1,12 +1,14 @@
 """Confined, crash-safe file operations (standard library only).
 
-This file and ``_fsops_search.py`` (``glob``, ``grep``) are the one implementation of
-every file operation of the workspace backends. :class:`~mnemoscope.workspace.LocalBackend`
-calls :func:`dispatch` in a thread; the sandboxed backends (Bubblewrap, Docker, E2B) put
-both files (:func:`helper_files`) in one directory of the sandbox and run this one there
-as a helper (``python3 _fsops.py serve`` speaks JSON lines on stdin/stdout,
-``python3 _fsops.py once '<json>'`` answers one request). They import nothing from
-mnemoscope so that they run under ``python -I -S`` anywhere.
+This file, ``_fsops_search.py`` (``glob``, ``grep``), ``_fsops_write.py`` (writes,
+edits, removal) and ``_fsops_text.py`` (decoding, lines, names) are the one
+implementation of every file operation of the workspace backends (:data:`HELPER_FILES`).
+:class:`~mnemoscope.workspace.LocalBackend` calls :func:`dispatch` in a thread (``grep``
+in a helper process it can kill, see ``_grep_worker``); the sandboxed backends
+(Bubblewrap, Docker, E2B) put the files (:func:`helper_files`) in one directory of the
+sandbox and run this one there as a helper (``python3 _fsops.py serve`` speaks JSON
+lines on stdin/stdout, ``python3 _fsops.py once '<json>'`` answers one request). They
+import nothing from mnemoscope so that they run under ``python -I -S`` anywhere.
 
 Guarantees:
 
@@ -20,34 +22,47 @@ Guarantees:
   ``fsync``: a crash leaves the old or the new content, never a torn file, and a write
   that returned survives a power loss. These two ``fsync`` calls are most of the cost of
   a write on a busy disk (0.2 ms each on an idle ext4 disk, 2 ms and more while other
-  processes write to it); nothing else is done twice
-  (one open and read of the old file, which is hashed only for a version check).
+  processes write to it); nothing else is done twice.
 * **Version tokens.** ``mtime_ns:size:sha256[:16]`` (exact; what ``expected_version``
   takes) or, from ``stat(hash=False)`` and ``list``, the weak ``mtime_ns:size:i<inode>``
   that detects changes without reading the file (every write here replaces the inode).
+  A version check compares size and mtime first and hashes (streaming, in 1 MiB
+  chunks) only when they match, so refusing a write to an unread file reads nothing.
+* **Bounded reads.** A text write reads at most ``TEXT_SNIFF_BYTES`` (64 KiB) of the old
+  file (for its encoding and line endings), a byte write none; an edit refuses files
+  over ``MAX_EDIT_BYTES`` (32 MiB) before reading them (``_fsops_write``).
 * **Serialised writers.** Writes and edits hold ``flock`` on the parent directory, which
   works across processes, threads and sandboxes sharing the directory, so concurrent
   edits lose nothing and version checks (compare-and-swap) are exact.
-* **Text fidelity.** Encoding (UTF-8, UTF-8 with BOM, UTF-16, Latin-1) and line endings
-  (CRLF stays CRLF) of an existing file are kept by text writes and edits.
+* **Text fidelity.** Encoding (UTF-8, UTF-8 with BOM, UTF-16 with BOM) and line endings
+  (CRLF stays CRLF) of an existing file are kept by text writes and edits. A file that is
+  not valid UTF-8 is still UTF-8 with its stray bytes kept as they are (not Latin-1):
+  edits write them back unchanged and new text is UTF-8 (see ``_fsops_text``).
+* **Safe names.** Every path or name that leaves an operation (results and error
+  messages) has undecodable bytes and control characters backslash-escaped
+  (:func:`show`), so it can always be serialised.
 """
 
 from __future__ import annotations
 
 import base64
-import codecs
 import errno
 import fcntl
 import hashlib
+import importlib
 import json
 import os
-import secrets
-import shutil
 import stat as stat_mod
 import sys
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
+
+try:  # as part of the mnemoscope package
+    from ._fsops_text import decode_display, show
+except ImportError:  # the sandbox helper (python3 -I -S _fsops.py): load the file beside it
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from _fsops_text import decode_display, show  # type: ignore[no-redef]
 
 MAX_PATH_BYTES = 4096
 MAX_NAME_BYTES = 255
@@ -55,6 +70,8 @@ MAX_SYMLINK_HOPS = 8
 TMP_PREFIX = ".mnemoscope-tmp-"
 ABSENT = "absent"
 """Version token of a file that does not exist (``expected_version`` for a creation)."""
+HASH_CHUNK_BYTES = 1 << 20
+"""Files are hashed (for version tokens) in chunks of this size."""
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -220,6 +237,31 @@ def version_token(st: os.stat_result, data: bytes) -> str:
     return f"{st.st_mtime_ns}:{st.st_size}:{hashlib.sha256(data).hexdigest()[:16]}"
 
 
+def _hash_fd(fd: int) -> str:
+    """sha256 prefix of an open file, read from its start in bounded chunks."""
+    h = hashlib.sha256()
+    offset = 0
+    while True:
+        chunk = os.pread(fd, HASH_CHUNK_BYTES, offset)
+        if not chunk:
+            return h.hexdigest()[:16]
+        h.update(chunk)
+        offset += len(chunk)
+
+
+def fd_version(fd: int, st: os.stat_result) -> str:
+    """The exact version token of an open file, hashing it in chunks (bounded memory)."""
+    return f"{st.st_mtime_ns}:{st.st_size}:{_hash_fd(fd)}"
+
+
+def _current_version(fd: int, st: os.stat_result, expected: str) -> str:
+    """What to compare ``expected`` with: the exact token, hashed only when the size and
+    mtime agree (a token that differs there cannot match, whatever the content)."""
+    if not expected.startswith(f"{st.st_mtime_ns}:{st.st_size}:"):
+        return f"{st.st_mtime_ns}:{st.st_size}:?"
+    return fd_version(fd, st)
+
+
 def weak_version_token(st: os.stat_result) -> str:
     """``mtime_ns:size:i<inode>``: change detection without reading the file.
 
@@ -233,56 +275,33 @@ def is_weak_version(version: str) -> bool:
     return version.rsplit(":", 1)[-1].startswith("i")
 
 
-def _stat_dict(real: str, st: os.stat_result, data: bytes | None) -> dict[str, Any]:
+def _stat_dict(real: str, st: os.stat_result, version: str | None) -> dict[str, Any]:
+    """``version``: the exact token, or ``None`` for the weak one (files) / none (dirs)."""
     kind = "directory" if stat_mod.S_ISDIR(st.st_mode) else "file"
     return {
-        "path": real,
+        "path": show(real),
         "exists": True,
         "type": kind,
         "size": st.st_size,
         "mtime_ns": st.st_mtime_ns,
         "ino": st.st_ino,
         "version": (
-            version_token(st, data)
-            if data is not None
-            else weak_version_token(st)
-            if kind == "file"
-            else ""
+            version if version is not None else weak_version_token(st) if kind == "file" else ""
         ),
     }
 
 
 # ------------------------------------------------------------------------- text
 def decode_text(data: bytes) -> tuple[str, str]:
-    """Decode bytes to text; returns (text, encoding). Raises ``binary`` for binary data."""
-    if data.startswith(codecs.BOM_UTF8):
-        return data.decode("utf-8-sig"), "utf-8-sig"
-    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return data.decode("utf-16"), "utf-16"
-    if b"\x00" in data[:8192]:
+    """Decode bytes to text for showing; returns (text, encoding).
+
+    UTF-8, UTF-8 with BOM, UTF-16 with BOM; a byte that does not decode is shown as
+    U+FFFD (the rest of the file stays UTF-8). Raises ``binary`` for binary data.
+    """
+    dec = decode_display(data)
+    if dec is None:
         raise FsError("binary", "the file is binary (it contains NUL bytes)")
-    try:
-        return data.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        return data.decode("latin-1"), "latin-1"
-
-
-def uses_crlf(text: str) -> bool:
-    crlf = text.count("\r\n")
-    return crlf > 0 and crlf >= text.count("\n") - crlf
-
-
-def _to_crlf(text: str) -> str:
-    return text.replace("\r\n", "\n").replace("\n", "\r\n")
-
-
-def _encode(text: str, encoding: str) -> bytes:
-    try:
-        return text.encode(encoding)
-    except UnicodeEncodeError as exc:
-        raise FsError(
-            "invalid", f"the new text cannot be encoded in the file's encoding {encoding}: {exc}"
-        ) from None
+    return dec
 
 
 # --------------------------------------------------------------------- reading
@@ -298,7 +317,7 @@ def op_read(path: str, roots: list[str] | None = None, max_bytes: int | None = N
         st = os.fstat(fd)
     finally:
         os.close(fd)
-    return {"data": data, "stat": _stat_dict(real, st, data)}
+    return {"data": data, "stat": _stat_dict(real, st, version_token(st, data))}
 
 
 def op_stat(path: str, roots: list[str] | None = None, hash: bool = True) -> dict:
@@ -317,7 +336,7 @@ def op_stat(path: str, roots: list[str] | None = None, hash: bool = True) -> dic
         fd, st, real = _open_file(path, roots)
     except (FileNotFoundError, NotADirectoryError):
         return {
-            "path": path,
+            "path": show(path),
             "exists": False,
             "type": "",
             "size": 0,
@@ -326,8 +345,7 @@ def op_stat(path: str, roots: list[str] | None = None, hash: bool = True) -> dic
             "version": ABSENT,
         }
     try:
-        data = _read_fd(fd, None) if hash else None
-        return _stat_dict(real, st, data)
+        return _stat_dict(real, st, fd_version(fd, st) if hash else None)
     finally:
         os.close(fd)
 
@@ -353,7 +371,7 @@ def op_list(path: str, roots: list[str] | None = None) -> dict:
                 )
                 entries.append(
                     {
-                        "name": e.name,
+                        "name": show(e.name),
                         "type": kind,
                         "size": st.st_size,
                         "mtime_ns": st.st_mtime_ns,
@@ -366,268 +384,8 @@ def op_list(path: str, roots: list[str] | None = None) -> dict:
     return {"entries": entries}
 
 
-# --------------------------------------------------------------------- writing
-def _makedirs(path: str, roots: list[str] | None) -> None:
-    missing = []
-    probe = path
-    while not os.path.lexists(probe):
-        probe, name = os.path.split(probe)
-        if name in (".", ".."):
-            raise FsError("invalid", f"{path} contains '.' or '..' in a missing directory")
-        missing.append(name)
-    if not missing:
-        return
-    fd, real = _open_dir(probe, roots)
-    try:
-        for name in reversed(missing):
-            try:
-                os.mkdir(name, 0o777, dir_fd=fd)
-            except FileExistsError:
-                pass
-            nfd = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
-            os.close(fd)
-            fd = nfd
-            real = _check_fd(fd, os.path.join(real, name), roots)
-    finally:
-        os.close(fd)
-
-
-Updater = Callable[[bytes | None], tuple[bytes, dict[str, Any]]]
-
-
-def _update(
-    path: str,
-    roots: list[str] | None,
-    fn: Updater,
-    expected_version: str | None,
-    create_parents: bool,
-    hops: int = 0,
-) -> dict:
-    """Replace ``path`` atomically with ``fn(old_bytes_or_None)`` under the directory lock."""
-    if expected_version and expected_version != ABSENT and is_weak_version(expected_version):
-        raise FsError(
-            "invalid",
-            f"expected_version {expected_version!r} is a weak token (from stat(hash=False) or "
-            "list); pass the version of a read or of stat() instead",
-        )
-    _precheck(path, roots)
-    if os.path.isdir(path):
-        raise FsError("is_directory", f"{path} is a directory, not a file")
-    parent, name = _split(path)
-    if create_parents:
-        _makedirs(parent, roots)
-    dfd, dir_real = _open_dir(parent, roots)
-    redirect = None
-    try:
-        fcntl.flock(dfd, fcntl.LOCK_EX)
-        old: bytes | None = None
-        mode = None
-        current = ABSENT
-        try:
-            fd = os.open(name, _FILE_FLAGS, dir_fd=dfd)
-        except FileNotFoundError:
-            fd = None
-        except OSError as exc:
-            if exc.errno != errno.ELOOP:
-                raise
-            fd = None
-            redirect = _symlink_target(dfd, dir_real, name, hops)
-        if redirect is None:
-            if fd is not None:
-                try:
-                    st = os.fstat(fd)
-                    if stat_mod.S_ISDIR(st.st_mode):
-                        raise FsError("is_directory", f"{path} is a directory, not a file")
-                    if not stat_mod.S_ISREG(st.st_mode):
-                        raise FsError(
-                            "denied", f"{path} is not a regular file (device, FIFO or socket)"
-                        )
-                    old = _read_fd(fd, None)
-                    mode = stat_mod.S_IMODE(st.st_mode)
-                    # hashed only for an exact version check
-                    current = (
-                        version_token(st, old)
-                        if expected_version not in (None, ABSENT)
-                        else "present"
-                    )
-                finally:
-                    os.close(fd)
-            if expected_version is not None and expected_version != current:
-                what = (
-                    "does not exist any more"
-                    if current == ABSENT
-                    else (
-                        "was created by someone else"
-                        if expected_version == ABSENT
-                        else "was modified"
-                    )
-                )
-                raise FsError("conflict", f"{path} {what} since it was last read")
-            new, extra = fn(old)
-            tmp = TMP_PREFIX + secrets.token_hex(8)
-            tfd = os.open(
-                tmp,
-                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o666,
-                dir_fd=dfd,
-            )
-            try:
-                try:
-                    view = memoryview(new)
-                    while view:
-                        view = view[os.write(tfd, view) :]
-                    if mode is not None:
-                        os.fchmod(tfd, mode)
-                    os.fsync(tfd)
-                    st_new = os.fstat(tfd)
-                finally:
-                    os.close(tfd)
-                os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-            except BaseException:
-                try:
-                    os.unlink(tmp, dir_fd=dfd)
-                except OSError:
-                    pass
-                raise
-            os.fsync(dfd)
-            return {
-                "stat": _stat_dict(os.path.join(dir_real, name), st_new, new),
-                "created": old is None,
-                **extra,
-            }
-    finally:
-        os.close(dfd)  # also releases the flock
-    if roots is not None and not _within(redirect, roots):
-        raise _outside(path, redirect, roots)
-    return _update(redirect, roots, fn, expected_version, create_parents, hops + 1)
-
-
-def op_write(
-    path: str,
-    data: bytes,
-    roots: list[str] | None = None,
-    expected_version: str | None = None,
-    create_parents: bool = True,
-) -> dict:
-    return _update(
-        check_path(path), _roots(roots), lambda old: (data, {}), expected_version, create_parents
-    )
-
-
-def op_write_text(
-    path: str,
-    text: str,
-    roots: list[str] | None = None,
-    expected_version: str | None = None,
-    encoding: str | None = None,
-    preserve_line_endings: bool = True,
-    create_parents: bool = True,
-) -> dict:
-    def fn(old: bytes | None) -> tuple[bytes, dict[str, Any]]:
-        enc, body = encoding or "utf-8", text
-        if old is not None:
-            try:
-                old_text, old_enc = decode_text(old)
-            except FsError:
-                old_text, old_enc = "", "utf-8"
-            enc = encoding or old_enc
-            if preserve_line_endings and uses_crlf(old_text):
-                body = _to_crlf(body)
-        return _encode(body, enc), {"encoding": enc}
-
-    return _update(check_path(path), _roots(roots), fn, expected_version, create_parents)
-
-
-def op_edit(
-    path: str,
-    old_string: str,
-    new_string: str,
-    roots: list[str] | None = None,
-    replace_all: bool = False,
-    expected_version: str | None = None,
-) -> dict:
-    def fn(old: bytes | None) -> tuple[bytes, dict[str, Any]]:
-        if old is None:
-            if old_string == "":
-                return new_string.encode("utf-8"), {"replacements": 1, "line": 1}
-            raise FsError("not_found", f"{path} does not exist")
-        text, enc = decode_text(old)
-        if old_string == "":
-            if text.strip():
-                raise FsError(
-                    "invalid",
-                    f"old_string is empty but {path} is not; give the exact text to replace",
-                )
-            return _encode(new_string, enc), {"replacements": 1, "line": 1}
-        o, n = old_string, new_string
-        if o not in text and uses_crlf(text):
-            o, n = _to_crlf(o), _to_crlf(n)
-        count = text.count(o)
-        if count == 0:
-            raise FsError(
-                "no_match",
-                f"old_string was not found in {path}. Read the file again and copy the exact "
-                "text, including whitespace and indentation.",
-            )
-        if count > 1 and not replace_all:
-            raise FsError(
-                "multiple_matches",
-                f"old_string occurs {count} times in {path}; include more surrounding lines "
-                "to make it unique, or set replace_all=true to replace every occurrence.",
-            )
-        line = text[: text.index(o)].count("\n") + 1
-        new = text.replace(o, n) if replace_all else text.replace(o, n, 1)
-        return _encode(new, enc), {"replacements": count if replace_all else 1, "line": line}
-
-    if old_string == new_string:
-        raise FsError("invalid", "old_string and new_string are identical; nothing to change")
-    return _update(check_path(path), _roots(roots), fn, expected_version, create_parents=False)
-
-
-def op_remove(path: str, roots: list[str] | None = None, recursive: bool = False) -> dict:
-    roots = _roots(roots)
-    parent, name = _split(check_path(path))
-    dfd, _ = _open_dir(parent, roots)
-    try:
-        fcntl.flock(dfd, fcntl.LOCK_EX)
-        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-        if stat_mod.S_ISDIR(st.st_mode):
-            if recursive:
-                shutil.rmtree(name, dir_fd=dfd)
-            else:
-                try:
-                    os.rmdir(name, dir_fd=dfd)
-                except OSError as exc:
-                    if exc.errno != errno.ENOTEMPTY:
-                        raise
-                    raise FsError("invalid", f"{path} is a non-empty directory") from None
-        else:
-            os.unlink(name, dir_fd=dfd)
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-    return {}
-
-
-def op_mkdir(path: str, roots: list[str] | None = None, parents: bool = True) -> dict:
-    roots = _roots(roots)
-    check_path(path)
-    if parents:
-        _makedirs(path, roots)
-    else:
-        parent, name = _split(path)
-        dfd, _ = _open_dir(parent, roots)
-        try:
-            os.mkdir(name, 0o777, dir_fd=dfd)
-        except FileExistsError:
-            pass
-        finally:
-            os.close(dfd)
-    return {}
-
-
-HELPER_FILES = ("_fsops.py", "_fsops_search.py")
-"""The helper's files; a sandbox needs both in one directory and runs ``_fsops.py``."""
+HELPER_FILES = ("_fsops.py", "_fsops_search.py", "_fsops_text.py", "_fsops_write.py")
+"""The helper's files; a sandbox needs all in one directory and runs ``_fsops.py``."""
 
 
 def helper_files() -> dict[str, bytes]:
@@ -646,26 +404,48 @@ def helper_paths() -> dict[str, str]:
     return {name: os.path.join(here, name) for name in HELPER_FILES}
 
 
-_search_module: ModuleType | None = None
+_parts: dict[str, ModuleType] = {}
 
 
-def _search() -> ModuleType:
-    global _search_module
-    if _search_module is None:
-        try:
-            from . import _fsops_search as mod
-        except ImportError:  # running as the sandbox helper (see main)
-            import _fsops_search as mod  # type: ignore[no-redef]
-        _search_module = mod
-    return _search_module
+def _part(name: str) -> ModuleType:
+    """The helper's other file ``name`` (``_fsops_search``, ``_fsops_write``), loaded once:
+    from the package, or as a top-level module beside this script in a sandbox."""
+    mod = _parts.get(name)
+    if mod is None:
+        if __package__:
+            mod = importlib.import_module(f"{__package__}.{name}")
+        else:  # running as the sandbox helper (see main)
+            mod = importlib.import_module(name)
+        _parts[name] = mod
+    return mod
 
 
 def op_glob(**kwargs: Any) -> dict:
-    return _search().op_glob(**kwargs)
+    return _part("_fsops_search").op_glob(**kwargs)
 
 
 def op_grep(**kwargs: Any) -> dict:
-    return _search().op_grep(**kwargs)
+    return _part("_fsops_search").op_grep(**kwargs)
+
+
+def op_write(**kwargs: Any) -> dict:
+    return _part("_fsops_write").op_write(**kwargs)
+
+
+def op_write_text(**kwargs: Any) -> dict:
+    return _part("_fsops_write").op_write_text(**kwargs)
+
+
+def op_edit(**kwargs: Any) -> dict:
+    return _part("_fsops_write").op_edit(**kwargs)
+
+
+def op_remove(**kwargs: Any) -> dict:
+    return _part("_fsops_write").op_remove(**kwargs)
+
+
+def op_mkdir(**kwargs: Any) -> dict:
+    return _part("_fsops_write").op_mkdir(**kwargs)
 
 
 def op_ping() -> dict:
@@ -706,17 +486,17 @@ def dispatch(op: str, args: dict[str, Any]) -> dict:
         raise FsError("invalid", f"unknown operation {op!r}")
     try:
         return fn(**args)
-    except FsError:
-        raise
+    except FsError as exc:  # messages name paths: escape what cannot be serialised
+        raise FsError(exc.code, show(exc.message)) from None
     except OSError as exc:
         code = _ERRNO_CODES.get(exc.errno or 0, "io")
         where = exc.filename if isinstance(exc.filename, str) else args.get("path", "")
         text = exc.strerror or str(exc)
         if code == "read_only":
             text += " (only the workspace directory is writable)"
-        raise FsError(code, f"{where}: {text}") from None
+        raise FsError(code, show(f"{where}: {text}")) from None
     except ValueError as exc:  # embedded NUL, bad arguments
-        raise FsError("invalid", str(exc)) from None
+        raise FsError("invalid", show(str(exc))) from None
 
 
 # ------------------------------------------------------------- helper protocol
@@ -749,7 +529,7 @@ def handle(line: str | bytes) -> str:
     except FsError as exc:
         out = {"ok": False, "code": exc.code, "message": exc.message}
     except Exception as exc:  # a helper must answer, whatever happens
-        out = {"ok": False, "code": "io", "message": f"{type(exc).__name__}: {exc}"}
+        out = {"ok": False, "code": "io", "message": show(f"{type(exc).__name__}: {exc}")}
     return json.dumps(out)
 
 

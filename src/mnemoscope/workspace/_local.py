@@ -17,11 +17,13 @@ import asyncio
 import os
 import shutil
 import signal
+import sys
 import tempfile
 from typing import Any
 
-from mnemoscope.workspace import _fsops
+from mnemoscope.workspace import _fsops, _grep_worker
 from mnemoscope.workspace._base import BackendBase, ExecResult, WorkspaceBase, make_error
+from mnemoscope.workspace._fsops_search import GREP_TIME_LIMIT
 
 
 class LocalBackend(BackendBase):
@@ -33,6 +35,11 @@ class LocalBackend(BackendBase):
 
     Writes are atomic (temp file, fsync, rename, directory fsync) and serialised across
     processes by ``flock`` on the parent directory; see :mod:`mnemoscope.workspace._fsops`.
+
+    File operations run in a worker thread, except ``grep``: a regular expression can
+    take exponential time and holds the GIL while it runs, so greps run in helper
+    processes (``python -I -S _fsops.py serve``) that stop themselves at the time limit
+    and are killed when the call is cancelled (see ``_grep_worker``).
     """
 
     name = "local"
@@ -45,6 +52,11 @@ class LocalBackend(BackendBase):
         return "local"
 
     async def _call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op == "grep" and sys.executable:
+            limit = args.get("time_limit")
+            return await _grep_worker.call(
+                op, args, timeout=GREP_TIME_LIMIT if limit is None else limit
+            )
         try:
             return await asyncio.to_thread(_fsops.dispatch, op, args)
         except _fsops.FsError as exc:
