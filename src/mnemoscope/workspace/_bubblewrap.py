@@ -49,7 +49,7 @@ from mnemoscope.workspace._base import (
 from mnemoscope.workspace._local import run_process
 
 HELPER_DIR = "/.mnemoscope"
-"""Where the helper's files (``_fsops.py``, ``_fsops_search.py``) are mounted, read-only."""
+"""Where the helper's files (``_fsops.helper_paths()``) are mounted, read-only."""
 HELPER_PATH = HELPER_DIR + "/_fsops.py"
 """The helper script inside the sandbox."""
 ROOT_CALLER_UID = 1000

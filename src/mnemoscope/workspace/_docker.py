@@ -9,8 +9,8 @@ Example::
         await backend.write_text(ws.workdir + "/notes.md", "hello\\n")
         tools = await ws.list_tools()          # Read, Write, Edit, Glob, Grep in the container
 
-File operations run the same helper as every other backend (``_fsops.py`` and
-``_fsops_search.py``, copied into the container with ``put_archive``) through
+File operations run the same helper as every other backend (the files of
+``_fsops.helper_files()``, copied into the container with ``put_archive``) through
 ``exec_run``, so writes are atomic and locked inside the container too; large requests
 travel as files via ``put_archive``.
 The image needs ``python3`` 3.10 or newer (the helper script uses ``X | Y`` unions).

@@ -8,7 +8,7 @@ Example::
         backend = ws.get_backend()
         await backend.write_text(ws.workdir + "/notes.md", "hello\\n")
 
-File operations run the shared helper (``_fsops.py`` and ``_fsops_search.py``,
+File operations run the shared helper (the files of ``_fsops.helper_files()``,
 uploaded with ``files.write``)
 through ``commands.run``, so writes are atomic and locked inside the sandbox as well.
 """
