@@ -83,7 +83,7 @@ async def test_forget_ids_and_a_whole_user(store_file: tuple[Path, dict[str, str
     assert again.returncode == 1 and "no memory" in again.stderr
 
     erased = ltm("forget", "--everything", "--user", "alice", "--db", str(path), cwd=path.parent)
-    assert erased.returncode == 0 and "erased 1 memories" in erased.stdout
+    assert erased.returncode == 0 and "erased 1 memory" in erased.stdout
     async with LocalLongTermMemory(path) as store:
         assert await store.list(user_id="alice", include_superseded=True) == []
         assert [m.content for m in await store.list(user_id="bob")] == ["Bob lives in Rome."]

@@ -1,5 +1,8 @@
+"""``python -m mnemoscope.cli``: the ``mnemoscope`` command."""
+
 import sys
 
 from mnemoscope.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())

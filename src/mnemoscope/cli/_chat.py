@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Any, TextIO
 
-from mnemoscope.errors import MnemoscopeError
+from mnemoscope.errors import MnemoscopeError, UserError
 
 PROVIDERS = ("openai", "ollama", "dashscope", "anthropic")
 DEFAULT_OLLAMA_URL = "http://127.0.0.1:11434/v1"
@@ -37,7 +37,14 @@ No model at hand? `mnemoscope demo` runs a scripted conversation offline.
 
 
 def add_chat_parser(sub: Any) -> None:
-    p = sub.add_parser("chat", help="chat with a configured model (see --help for configuration)")
+    p = sub.add_parser(
+        "chat",
+        help="chat with a configured model (see --help for configuration)",
+        description="Chat with a model from the terminal, with optional agentic memory "
+        "(--workdir) and a persistent session (--session-db, needs the 'sql' extra).",
+        epilog=HOW_TO_CONFIGURE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--provider", default=os.environ.get("MNEMOSCOPE_PROVIDER"), choices=PROVIDERS)
     p.add_argument("--model", default=os.environ.get("MNEMOSCOPE_MODEL"))
     p.add_argument("--base-url", default=os.environ.get("MNEMOSCOPE_BASE_URL"))
@@ -93,32 +100,53 @@ def run_chat(
         print(HOW_TO_CONFIGURE, file=sys.stderr)
         return 2
     except MnemoscopeError as exc:
-        print(f"error: {exc}\n\n{HOW_TO_CONFIGURE}", file=sys.stderr)
-        return 2
+        raise UserError(f"{exc} (`mnemoscope chat --help` shows how to configure a model)") from exc
     return asyncio.run(_chat_loop(args, model, stdin, stdout))
 
 
 async def _chat_loop(args: argparse.Namespace, model: Any, stdin: TextIO, stdout: TextIO) -> int:
-    from mnemoscope.agent import Agent
-    from mnemoscope.middleware import MiddlewareBase, TextDeltaEvent, ToolResultEvent, ToolUseEvent
-    from mnemoscope.permission import PermissionMode
-    from mnemoscope.tool import Toolkit
+    from mnemoscope.middleware import MiddlewareBase
 
     middlewares: list[MiddlewareBase] = []
     tools: list[Any] = []
-    if args.workdir:
-        from mnemoscope.middleware import AgenticMemoryMiddleware
-        from mnemoscope.tool import Edit, Read, Write
-
-        middlewares.append(AgenticMemoryMiddleware(workdir=args.workdir))
-        tools += [Read(), Write(), Edit()]
     memory = None
-    if args.session_db:
-        from mnemoscope.memory import AsyncSQLAlchemyMemory
+    try:
+        if args.session_db:
+            # first: on a core install this is the step that fails (the 'sql' extra)
+            from mnemoscope.memory import AsyncSQLAlchemyMemory
 
-        memory = AsyncSQLAlchemyMemory(
-            f"sqlite+aiosqlite:///{args.session_db}", session_id=args.session
-        )
+            memory = AsyncSQLAlchemyMemory(
+                f"sqlite+aiosqlite:///{args.session_db}", session_id=args.session
+            )
+        if args.workdir:
+            from mnemoscope.middleware import AgenticMemoryMiddleware
+            from mnemoscope.tool import Edit, Read, Write
+
+            middlewares.append(AgenticMemoryMiddleware(workdir=args.workdir))
+            tools += [Read(), Write(), Edit()]
+        return await _converse(args, model, middlewares, tools, memory, stdin, stdout)
+    finally:
+        for mw in middlewares:
+            await mw.aclose()
+        if memory is not None:
+            await memory.aclose()
+        await model.aclose()
+
+
+async def _converse(
+    args: argparse.Namespace,
+    model: Any,
+    middlewares: list[Any],
+    tools: list[Any],
+    memory: Any,
+    stdin: TextIO,
+    stdout: TextIO,
+) -> int:
+    from mnemoscope.agent import Agent
+    from mnemoscope.middleware import TextDeltaEvent, ToolResultEvent, ToolUseEvent
+    from mnemoscope.permission import PermissionMode
+    from mnemoscope.tool import Toolkit
+
     agent = Agent(
         name="assistant",
         system_prompt=args.system_prompt,
@@ -129,31 +157,22 @@ async def _chat_loop(args: argparse.Namespace, model: Any, stdin: TextIO, stdout
     )
     agent.state.permission_context.mode = PermissionMode.ACCEPT_EDITS
     print("mnemoscope chat — empty line or Ctrl-D to quit", file=stdout)
-    try:
-        while True:
-            stdout.write("you> ")
-            stdout.flush()
-            line = await asyncio.to_thread(stdin.readline)
-            if not line.strip():
-                return 0
-            stdout.write("assistant> ")
-            try:
-                async for event in agent.reply_stream(line.rstrip("\n")):
-                    if isinstance(event, TextDeltaEvent):
-                        stdout.write(event.delta)
-                    elif isinstance(event, ToolUseEvent):
-                        stdout.write(f"\n  [tool] {event.tool_use.name}({event.tool_use.input})\n")
-                    elif isinstance(event, ToolResultEvent):
-                        stdout.write(
-                            f"  [{event.result.state}] {event.result.output_text()[:200]}\n"
-                        )
-                    stdout.flush()
-            except MnemoscopeError as exc:
-                stdout.write(f"\n[error] {exc}")
-            stdout.write("\n")
-    finally:
-        for mw in middlewares:
-            await mw.aclose()
-        if memory is not None:
-            await memory.aclose()
-        await model.aclose()
+    while True:
+        stdout.write("you> ")
+        stdout.flush()
+        line = await asyncio.to_thread(stdin.readline)
+        if not line.strip():
+            return 0
+        stdout.write("assistant> ")
+        try:
+            async for event in agent.reply_stream(line.rstrip("\n")):
+                if isinstance(event, TextDeltaEvent):
+                    stdout.write(event.delta)
+                elif isinstance(event, ToolUseEvent):
+                    stdout.write(f"\n  [tool] {event.tool_use.name}({event.tool_use.input})\n")
+                elif isinstance(event, ToolResultEvent):
+                    stdout.write(f"  [{event.result.state}] {event.result.output_text()[:200]}\n")
+                stdout.flush()
+        except MnemoscopeError as exc:
+            stdout.write(f"\n[error] {exc}")
+        stdout.write("\n")

@@ -1,20 +1,26 @@
 """``mnemoscope ltm``: inspect a native long-term memory store (one SQLite file).
 
-Usage::
+Usage (``STORE`` may be given positionally or with ``--db``)::
 
-    mnemoscope ltm ls --db mnemoscope_ltm.db --user alice [--all] [--json]
-    mnemoscope ltm search "where does she live" --db ltm.db --user alice [--limit 5]
-        [--mode lexical|hybrid|dense] [--embedding local]
-    mnemoscope ltm forget ID [ID ...] --db ltm.db          # delete memories by id
-    mnemoscope ltm forget --db ltm.db --user alice --everything   # erase a user
-    mnemoscope ltm export --db ltm.db --user alice [--out alice.jsonl] [--history]
+    mnemoscope ltm users STORE                              # who has memories, how many
+    mnemoscope ltm ls STORE --user alice [--all] [--json]
+    mnemoscope ltm search STORE "where does she live" --user alice [--limit 5]
+        [--mode lexical|hybrid|dense] [--embedding local|hash]
+    mnemoscope ltm forget STORE ID [ID ...]                 # delete memories by id
+    mnemoscope ltm forget STORE --user alice --everything   # erase a user
+    mnemoscope ltm export STORE --user alice [--out alice.jsonl] [--history]
+    mnemoscope ltm reembed STORE --embedding local          # after changing the embedder
 
-``--db`` defaults to ``$MNEMOSCOPE_LTM_DB`` or ``mnemoscope_ltm.db``; a missing file is an
-error (the CLI never creates a store). ``search`` is lexical (BM25) unless an embedder is
-named with ``--embedding local`` (the MiniLM model of the ``local`` extra), which must be
-the model the store was built with. ``export`` writes JSON lines, one memory each,
-superseded and expired ones included. Exit status: 0 on success, 1 when an id to forget
-is unknown, 2 on usage errors.
+``STORE`` defaults to ``$MNEMOSCOPE_LTM_DB`` or ``mnemoscope_ltm.db``. The CLI never
+creates a store and never adds tables to a file: ``users``, ``ls``, ``search`` and
+``export`` open it read-only (the file stays byte for byte the same), ``forget`` and
+``reembed`` need a file that already holds a store. ``search`` is lexical (BM25) unless an
+embedder is named with ``--embedding``: ``local`` is the MiniLM model of the ``local``
+extra, ``hash`` the deterministic test embedder of :mod:`mnemoscope.testing` (the demo's
+store); it must be the model the store was built with (``reembed`` switches a store to
+another one). ``export`` writes JSON lines, one memory each, superseded and expired ones
+included. Exit status: 0 on success (also when nothing matches: that is said on stderr),
+1 when an id to forget is unknown, 2 on usage errors.
 """
 
 from __future__ import annotations
@@ -27,8 +33,11 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from mnemoscope.cli._text import CLIUsageError, merge_location, pick_location, plural, progress
+
 DB_ENV = "MNEMOSCOPE_LTM_DB"
 DEFAULT_DB = "mnemoscope_ltm.db"
+EMBEDDERS = ("local", "hash")
 
 
 def add_ltm_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -37,7 +46,7 @@ def add_ltm_parser(subparsers: Any) -> argparse.ArgumentParser:
     common.add_argument(
         "--db",
         default=argparse.SUPPRESS,
-        help=f"the store file (default: ${DB_ENV} or {DEFAULT_DB})",
+        help=f"the store file, also accepted positionally (default: ${DB_ENV} or {DEFAULT_DB})",
     )
     common.add_argument("--user", default=argparse.SUPPRESS, help="the user_id")
     common.add_argument("--agent", default=argparse.SUPPRESS, help="only this agent_id")
@@ -50,25 +59,40 @@ def add_ltm_parser(subparsers: Any) -> argparse.ArgumentParser:
         "ltm", help="inspect a native long-term memory store", parents=[common]
     )
     sub = parser.add_subparsers(dest="ltm_command", metavar="SUBCOMMAND")
+
+    users = sub.add_parser("users", help="the users of a store and their counts", parents=[common])
+    users.add_argument("store", nargs="?", metavar="STORE")
+    users.set_defaults(ltm_handler=_users)
+
     ls = sub.add_parser("ls", help="list a user's memories, oldest first", parents=[common])
+    ls.add_argument("store", nargs="?", metavar="STORE")
     ls.add_argument("--all", action="store_true", help="include superseded and expired ones")
     ls.add_argument("--limit", type=int, default=None, help="at most this many")
     ls.set_defaults(ltm_handler=_ls)
 
-    search = sub.add_parser("search", help="rank a user's memories for a query", parents=[common])
-    search.add_argument("query")
+    search = sub.add_parser(
+        "search",
+        help="rank a user's memories for a query",
+        parents=[common],
+        usage="mnemoscope ltm search [STORE] QUERY [--user USER] [options]",
+    )
+    search.add_argument("words", nargs="+", metavar="[STORE] QUERY")
     search.add_argument("--limit", type=int, default=5)
     search.add_argument("--mode", choices=["lexical", "hybrid", "dense"], default=None)
     search.add_argument(
         "--embedding",
-        choices=["local"],
+        choices=EMBEDDERS,
         default=None,
-        help="embed the query with the local MiniLM model (hybrid search)",
+        help="embed the query (hybrid search) with the local MiniLM model or the test "
+        "hash embedder; must be what the store was built with",
     )
     search.set_defaults(ltm_handler=_search)
 
     forget = sub.add_parser(
-        "forget", help="delete memories by id, or a whole user", parents=[common]
+        "forget",
+        help="delete memories by id, or a whole user",
+        parents=[common],
+        usage="mnemoscope ltm forget [STORE] ID [ID ...] | [STORE] --user USER --everything",
     )
     forget.add_argument("ids", nargs="*", metavar="ID")
     forget.add_argument(
@@ -79,40 +103,74 @@ def add_ltm_parser(subparsers: Any) -> argparse.ArgumentParser:
     export = sub.add_parser(
         "export", help="write a user's memories as JSON lines", parents=[common]
     )
+    export.add_argument("store", nargs="?", metavar="STORE")
     export.add_argument("--out", default=None, help="file to write (default: stdout)")
     export.add_argument("--history", action="store_true", help="include each memory's history")
     export.set_defaults(ltm_handler=_export)
+
+    reembed = sub.add_parser(
+        "reembed",
+        help="re-embed every memory with another embedding model",
+        parents=[common],
+    )
+    reembed.add_argument("store", nargs="?", metavar="STORE")
+    reembed.add_argument("--embedding", choices=EMBEDDERS, required=True)
+    reembed.add_argument("--batch-size", type=int, default=256)
+    reembed.set_defaults(ltm_handler=_reembed)
 
     parser.set_defaults(handler=run_ltm, ltm_parser=parser)
     return parser
 
 
 def run_ltm(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    """Run an ``ltm`` subcommand; returns the exit status."""
+    """Run an ``ltm`` subcommand; returns the exit status.
+
+    Raises:
+        MnemoscopeError: a user error (the ``mnemoscope`` command prints it on one line).
+    """
     out = out or sys.stdout
     handler = getattr(args, "ltm_handler", None)
     if handler is None:
         args.ltm_parser.print_help(out)
         return 2
-    db = getattr(args, "db", None) or os.environ.get(DB_ENV) or DEFAULT_DB
+    db = _store_path(args)
     if db != ":memory:" and not Path(db).is_file():
-        print(f"mnemoscope ltm: no store at {db!r} (pass --db PATH)", file=sys.stderr)
-        return 2
-    try:
-        return int(asyncio.run(handler(args, db, out)) or 0)
-    except _UsageError as exc:
-        print(f"mnemoscope ltm {args.ltm_command}: {exc}", file=sys.stderr)
-        return 2
+        where = "a directory, not a store file" if Path(db).is_dir() else "no such file"
+        raise CLIUsageError(
+            f"no store at {db!r} ({where}); pass the store file (mnemoscope ltm "
+            f"{args.ltm_command} STORE, or --db STORE, or set ${DB_ENV})"
+        )
+    return int(asyncio.run(handler(args, db, out)) or 0)
 
 
-class _UsageError(Exception):
-    pass
+def _store_path(args: argparse.Namespace) -> str:
+    flag = getattr(args, "db", None)
+    positional: str | None = getattr(args, "store", None)
+    if args.ltm_command == "search":
+        positional, rest = pick_location(args.words, _looks_like_store)
+        args.query = " ".join(rest)
+    elif (
+        # memory ids are hex: a first argument naming a file (or *.db) is the store
+        args.ltm_command == "forget"
+        and flag is None
+        and args.ids
+        and _looks_like_store(args.ids[0])
+    ):
+        positional, args.ids = args.ids[0], args.ids[1:]
+    path = merge_location(positional, flag, "--db")
+    return path or os.environ.get(DB_ENV) or DEFAULT_DB
+
+
+def _looks_like_store(text: str) -> bool:
+    return Path(text).is_file() or text.endswith((".db", ".sqlite", ".sqlite3"))
 
 
 def _scope(args: argparse.Namespace) -> dict[str, Any]:
     user = getattr(args, "user", None)
     if not user:
-        raise _UsageError("--user is required")
+        raise CLIUsageError(
+            "--user is required (`mnemoscope ltm users STORE` lists the users of a store)"
+        )
     return {
         "user_id": user,
         "agent_id": getattr(args, "agent", None),
@@ -120,15 +178,33 @@ def _scope(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _open(db: str, embedding: str | None = None) -> Any:
+def _open(db: str, *, embedder: Any = None, read_only: bool = True) -> Any:
     from mnemoscope.memory._local_ltm import LocalLongTermMemory
 
-    model = None
-    if embedding == "local":
-        from mnemoscope import embedding as emb
+    return LocalLongTermMemory(db, embedding_model=embedder, read_only=read_only, create=False)
 
-        model = emb.LocalEmbeddingModel()
-    return LocalLongTermMemory(db, embedding_model=model)
+
+def _embedder(name: str, stored: tuple[str, int] | None) -> Any:
+    if name == "hash":
+        from mnemoscope.testing import HashEmbeddingModel
+
+        if stored is not None and stored[0].startswith("hash"):
+            return HashEmbeddingModel(stored[1], model=stored[0])
+        return HashEmbeddingModel()
+    from mnemoscope.embedding import LocalEmbeddingModel
+
+    model = LocalEmbeddingModel()
+    progress(f"loading the local embedding model {model.model} (a few seconds)...")
+    return model
+
+
+def _expected(name: str) -> tuple[str, int]:
+    """The (model, dimensions) ``--embedding name`` stands for, without loading it."""
+    if name == "hash":
+        return "hash-embedding", 256
+    from mnemoscope.embedding._local import DEFAULT_LOCAL_MODEL
+
+    return DEFAULT_LOCAL_MODEL, 384
 
 
 def _line(item: Any) -> str:
@@ -151,63 +227,170 @@ def _dump(items: list[Any], args: argparse.Namespace, out: TextIO) -> None:
         out.write(_line(item) + "\n")
 
 
+async def _explain_empty(
+    store: Any, args: argparse.Namespace, scope: dict[str, Any], out: TextIO, query: str | None
+) -> None:
+    """Say why nothing was printed: an unknown user, a narrow scope, or no match."""
+    users = await store.users()
+    user = scope["user_id"]
+    mine = next((u for u in users if u.user_id == user), None)
+    narrowed = "".join(
+        f" {flag} {scope[key]!r}"
+        for key, flag in (("agent_id", "--agent"), ("run_id", "--run"))
+        if scope[key] is not None
+    )
+    if mine is None:
+        known = ", ".join(repr(u.user_id) for u in users[:20]) or "none: the store is empty"
+        more = f" and {len(users) - 20} more" if len(users) > 20 else ""
+        message = f"no memories for user {user!r} (users in this store: {known}{more})"
+    elif query is not None:
+        message = (
+            f"no memories of user {user!r}{narrowed} match {query!r} "
+            f"({plural(mine.active, 'memory')} in all; `mnemoscope ltm ls` lists them)"
+        )
+    elif narrowed:
+        count = plural(mine.active, "memory")
+        message = f"no memories for user {user!r} with{narrowed} ({count} in all)"
+    else:
+        message = (
+            f"no active memories for user {user!r} ({plural(mine.total, 'memory')} superseded "
+            "or expired; --all shows them)"
+        )
+    # JSON output stays parseable: the explanation goes to stderr then
+    target = sys.stderr if getattr(args, "json", False) else out
+    target.write(message + "\n")
+
+
+async def _users(args: argparse.Namespace, db: str, out: TextIO) -> int:
+    async with _open(db) as store:
+        users = await store.users()
+    if getattr(args, "json", False):
+        json.dump([u.model_dump() for u in users], out, indent=2, ensure_ascii=False)
+        out.write("\n")
+        return 0
+    if not users:
+        out.write(f"no memories in {db} (the store is empty)\n")
+        return 0
+    width = max(4, *(len(u.user_id) for u in users))
+    out.write(f"{'USER':<{width}}  ACTIVE  TOTAL\n")
+    for u in users:
+        out.write(f"{u.user_id:<{width}}  {u.active:>6}  {u.total:>5}\n")
+    out.write(f"{plural(len(users), 'user')} in {db}\n")
+    return 0
+
+
 async def _ls(args: argparse.Namespace, db: str, out: TextIO) -> int:
+    scope = _scope(args)
     async with _open(db) as store:
         items = await store.list(
-            **_scope(args),
-            include_superseded=args.all,
-            include_expired=args.all,
-            limit=args.limit,
+            **scope, include_superseded=args.all, include_expired=args.all, limit=args.limit
         )
-    _dump(items, args, out)
+        _dump(items, args, out)
+        if not items:
+            await _explain_empty(store, args, scope, out, None)
     return 0
 
 
 async def _search(args: argparse.Namespace, db: str, out: TextIO) -> int:
+    scope = _scope(args)
+    if not args.query.strip():
+        raise CLIUsageError("give a QUERY to search for")
     mode = args.mode or ("hybrid" if args.embedding else "lexical")
     if mode != "lexical" and not args.embedding:
-        raise _UsageError(f"--mode {mode} needs --embedding local")
-    async with _open(db, args.embedding) as store:
-        items = await store.retrieve(args.query, **_scope(args), limit=args.limit, mode=mode)
-    _dump(items, args, out)
+        raise CLIUsageError(f"--mode {mode} needs --embedding local (or hash)")
+    embedder = None
+    if args.embedding:
+        # check the store's vectors before loading any model (MiniLM takes seconds)
+        async with _open(db) as probe:
+            stored = await probe.stored_embedding()
+        expected = _expected(args.embedding)
+        if stored is None:
+            if mode == "dense":
+                raise CLIUsageError(
+                    f"{db!r} has no vectors (it was built without an embedding model); search "
+                    f"lexically, or add vectors once: mnemoscope ltm reembed {db} "
+                    f"--embedding {args.embedding}"
+                )
+            progress(f"{db} has no vectors: searching lexically (BM25)")
+            mode = "lexical"
+        elif stored != expected and not (args.embedding == "hash" and stored[0] == expected[0]):
+            raise CLIUsageError(
+                f"{db!r} holds {stored[1]}-dimensional vectors from {stored[0]!r}, but "
+                f"--embedding {args.embedding} is {expected[0]!r} ({expected[1]} dimensions); "
+                f"search without --embedding (lexical), or re-embed the store once: "
+                f"mnemoscope ltm reembed {db} --embedding {args.embedding}"
+            )
+        else:
+            embedder = _embedder(args.embedding, stored)
+    async with _open(db, embedder=embedder) as store:
+        items = await store.retrieve(args.query, **scope, limit=args.limit, mode=mode)
+        _dump(items, args, out)
+        if not items:
+            await _explain_empty(store, args, scope, out, args.query)
     return 0
 
 
 async def _forget(args: argparse.Namespace, db: str, out: TextIO) -> int:
     if args.everything:
         if args.ids:
-            raise _UsageError("give either IDs or --user with --everything, not both")
+            raise CLIUsageError("give either IDs or --user with --everything, not both")
         scope = _scope(args)
-        async with _open(db) as store:
+        async with _open(db, read_only=False) as store:
             n = await store.erase_user(scope["user_id"])
-        out.write(f"erased {n} memories of user {scope['user_id']!r}\n")
+        out.write(f"erased {plural(n, 'memory')} of user {scope['user_id']!r}\n")
         return 0
     if not args.ids:
-        raise _UsageError("give the IDs to forget (see `ltm ls`), or --user U --everything")
+        raise CLIUsageError("give the IDs to forget (see `ltm ls`), or --user U --everything")
     missing = 0
-    async with _open(db) as store:
+    async with _open(db, read_only=False) as store:
         for mem_id in args.ids:
             if await store.delete(mem_id):
                 out.write(f"forgot {mem_id}\n")
             else:
                 missing += 1
-                print(f"mnemoscope ltm forget: no memory {mem_id!r}", file=sys.stderr)
+                print(f"mnemoscope ltm forget: no memory {mem_id!r} in {db}", file=sys.stderr)
     return 1 if missing else 0
 
 
 async def _export(args: argparse.Namespace, db: str, out: TextIO) -> int:
+    scope = _scope(args)
     async with _open(db) as store:
-        items = await store.list(**_scope(args), include_superseded=True, include_expired=True)
+        items = await store.list(**scope, include_superseded=True, include_expired=True)
         rows = []
         for item in items:
             row = item.model_dump(mode="json")
             if args.history:
                 row["history"] = [h.model_dump(mode="json") for h in await store.history(item.id)]
             rows.append(json.dumps(row, ensure_ascii=False))
+        if not items:
+            await _explain_empty(store, argparse.Namespace(json=True), scope, out, None)
     if args.out:
         text = "".join(r + "\n" for r in rows)
         await asyncio.to_thread(Path(args.out).write_text, text, encoding="utf-8")
-        out.write(f"exported {len(rows)} memories to {args.out}\n")
+        out.write(f"exported {plural(len(rows), 'memory')} to {args.out}\n")
     else:
         out.write("".join(r + "\n" for r in rows))
+    return 0
+
+
+async def _reembed(args: argparse.Namespace, db: str, out: TextIO) -> int:
+    if args.batch_size < 1:
+        raise CLIUsageError(f"--batch-size must be >= 1, got {args.batch_size}")
+    async with _open(db) as probe:
+        stored = await probe.stored_embedding()
+    embedder = _embedder(args.embedding, None)
+    before = f"{stored[0]!r} ({stored[1]} dimensions)" if stored else "no vectors"
+
+    def report(done: int, total: int) -> None:
+        if done == 0:
+            progress(f"re-embedding {plural(total, 'memory')} with {embedder.model}...")
+        else:
+            progress(f"  {done}/{total}")
+
+    async with _open(db, embedder=embedder, read_only=False) as store:
+        n = await store.reembed(batch_size=args.batch_size, progress=report)
+    out.write(
+        f"re-embedded {plural(n, 'memory')} in {db}: {before} -> {embedder.model!r} "
+        f"({embedder.dimensions} dimensions)\n"
+    )
     return 0

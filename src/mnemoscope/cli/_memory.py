@@ -1,16 +1,17 @@
 """``mnemoscope memory``: inspect and repair an agentic (Markdown) memory directory.
 
-Usage::
+Usage (``WORKDIR`` may be given positionally or with ``--workdir``)::
 
-    mnemoscope memory ls --workdir /tmp/demo            # type, name, file, age, description
-    mnemoscope memory show user_profile --workdir /tmp/demo
-    mnemoscope memory search "where does the user live" --workdir /tmp/demo
-    mnemoscope memory doctor --workdir /tmp/demo [--fix]
-    mnemoscope memory index --rebuild --workdir /tmp/demo
+    mnemoscope memory ls /tmp/demo                      # type, name, file, age, description
+    mnemoscope memory show /tmp/demo user_profile
+    mnemoscope memory search /tmp/demo "where does the user live"
+    mnemoscope memory doctor /tmp/demo [--fix]
+    mnemoscope memory index /tmp/demo --rebuild
 
-``--workdir`` defaults to ``$MNEMOSCOPE_WORKDIR`` or the current directory; memories are
-read from ``<workdir>/Memory``. Exit status: 0 on success, 1 when ``doctor`` leaves
-problems or a memory is not found, 2 on usage errors.
+``WORKDIR`` defaults to ``$MNEMOSCOPE_WORKDIR`` or the current directory; memories are
+read from ``<workdir>/Memory``. For ``show`` and ``search`` a workdir given positionally
+comes first or last (it must be an existing directory). Exit status: 0 on success, 1 when
+``doctor`` leaves problems or a memory is not found, 2 on usage errors.
 """
 
 from __future__ import annotations
@@ -21,11 +22,15 @@ import json
 import os
 import sys
 import time
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from mnemoscope.middleware._agentic_doctor import diagnose, rebuild_index, repair
-from mnemoscope.middleware._agentic_files import MEMORY_DIRNAME, format_age
-from mnemoscope.middleware._agentic_store import MemoryStore
+from mnemoscope.cli._text import CLIUsageError, merge_location, pick_location, plural, progress
+
+# the agentic memory modules are imported when a memory command runs, not when the
+# `mnemoscope` parser is built (`mnemoscope ltm ...` and `--version` do not need them)
+if TYPE_CHECKING:
+    from mnemoscope.middleware._agentic_doctor import Finding
+    from mnemoscope.middleware._agentic_store import MemoryStore
 
 
 def add_memory_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -49,27 +54,43 @@ def add_memory_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="memory_command", metavar="SUBCOMMAND")
     ls = sub.add_parser("ls", help="list memories", parents=[common])
+    ls.add_argument("workdir_pos", nargs="?", metavar="WORKDIR")
     ls.add_argument(
         "--type", choices=["user", "feedback", "project", "reference"], help="only this type"
     )
     ls.set_defaults(memory_handler=_ls)
-    show = sub.add_parser("show", help="print one memory", parents=[common])
-    show.add_argument("name", help="file name (with or without .md) or the memory's name")
+    show = sub.add_parser(
+        "show",
+        help="print one memory",
+        parents=[common],
+        usage="mnemoscope memory show [WORKDIR] NAME [options]",
+    )
+    show.add_argument(
+        "words",
+        nargs="+",
+        metavar="[WORKDIR] NAME",
+        help="file name (with or without .md) or the memory's name",
+    )
     show.set_defaults(memory_handler=_show)
     search = sub.add_parser(
-        "search", help="rank memories for a query with the local BM25 ranker", parents=[common]
+        "search",
+        help="rank memories for a query with the local BM25 ranker",
+        parents=[common],
+        usage="mnemoscope memory search [WORKDIR] QUERY [options]",
     )
-    search.add_argument("query")
+    search.add_argument("words", nargs="+", metavar="[WORKDIR] QUERY")
     search.add_argument("-k", type=int, default=10, help="results to show (default 10)")
     search.set_defaults(memory_handler=_search)
     doctor = sub.add_parser(
         "doctor", help="check frontmatter, index and duplicates", parents=[common]
     )
+    doctor.add_argument("workdir_pos", nargs="?", metavar="WORKDIR")
     doctor.add_argument("--fix", action="store_true", help="repair what can be repaired safely")
     doctor.add_argument("--index-max-lines", type=int, default=200)
     doctor.add_argument("--index-max-tokens", type=int, default=4_000)
     doctor.set_defaults(memory_handler=_doctor)
     index = sub.add_parser("index", help="maintain MEMORY.md", parents=[common])
+    index.add_argument("workdir_pos", nargs="?", metavar="WORKDIR")
     index.add_argument(
         "--rebuild", action="store_true", help="regenerate MEMORY.md from the memory files"
     )
@@ -84,7 +105,27 @@ def run_memory_command(args: argparse.Namespace, out: TextIO | None = None) -> i
     if handler is None:
         out.write("usage: mnemoscope memory {ls,show,search,doctor,index} [--workdir DIR]\n")
         return 2
-    workdir = getattr(args, "workdir", None) or os.environ.get("MNEMOSCOPE_WORKDIR") or os.getcwd()
+    positional = getattr(args, "workdir_pos", None)
+    words = getattr(args, "words", None)
+    if words is not None:
+        positional, rest = pick_location(words, os.path.isdir)
+        if args.memory_command == "show":
+            if len(rest) != 1:
+                raise CLIUsageError(
+                    "give one NAME (quote a name with spaces); a WORKDIR before or after it "
+                    "must be an existing directory"
+                )
+            args.name = rest[0]
+        else:
+            args.query = " ".join(rest)
+    workdir = (
+        merge_location(positional, getattr(args, "workdir", None), "--workdir")
+        or os.environ.get("MNEMOSCOPE_WORKDIR")
+        or os.getcwd()
+    )
+    from mnemoscope.middleware._agentic_files import MEMORY_DIRNAME
+    from mnemoscope.middleware._agentic_store import MemoryStore
+
     store = MemoryStore(workdir, memory_dirname=getattr(args, "memory_dir", None) or MEMORY_DIRNAME)
     as_json = bool(getattr(args, "json", False))
     if not os.path.isdir(store.memdir):
@@ -99,6 +140,8 @@ def _short(text: str | None, width: int) -> str:
 
 
 async def _ls(store: MemoryStore, args: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    from mnemoscope.middleware._agentic_files import format_age
+
     scan = await store.scan()
     files = [f for f in scan.files if not args.type or f.type == args.type]
     now = time.time()
@@ -131,7 +174,8 @@ async def _ls(store: MemoryStore, args: argparse.Namespace, out: TextIO, as_json
             f"{format_age(f.mtime, now):<13} {_short(desc, 70)}\n"
         )
     out.write(
-        f"{len(files)} memories ({sum(not f.valid for f in files)} invalid) in {store.memdir}\n"
+        f"{plural(len(files), 'memory')} ({sum(not f.valid for f in files)} invalid) "
+        f"in {store.memdir}\n"
     )
     return 0
 
@@ -178,12 +222,15 @@ async def _search(store: MemoryStore, args: argparse.Namespace, out: TextIO, as_
 
 
 async def _doctor(store: MemoryStore, args: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    from mnemoscope.middleware._agentic_doctor import diagnose, repair
+
     limits = {"index_max_lines": args.index_max_lines, "index_max_tokens": args.index_max_tokens}
     report = await diagnose(store, **limits)
     done: list[str] = []
     if args.fix and any(f.fixable for f in report.findings):
         done = await repair(store, report)
         report = await diagnose(store, **limits)
+    invalid = {f.file for f in report.findings if f.kind == "invalid_frontmatter" and f.file}
     if as_json:
         out.write(
             json.dumps(
@@ -191,7 +238,15 @@ async def _doctor(store: MemoryStore, args: argparse.Namespace, out: TextIO, as_
                     "files": report.files,
                     "fixed": done,
                     "findings": [
-                        {"kind": f.kind, "message": f.message, "file": f.file, "fixable": f.fixable}
+                        {
+                            "kind": f.kind,
+                            "message": f.message,
+                            "file": f.file,
+                            "fixable": f.fixable,
+                            **(
+                                {"not_fixed_because": why_not_fixed(f, invalid)} if args.fix else {}
+                            ),
+                        }
                         for f in report.findings
                     ],
                 },
@@ -204,19 +259,54 @@ async def _doctor(store: MemoryStore, args: argparse.Namespace, out: TextIO, as_
     for line in done:
         out.write(f"fixed: {line}\n")
     for f in report.findings:
-        hint = " (fixable with --fix)" if f.fixable and not args.fix else ""
+        if args.fix:
+            out.write(f"not fixed: {f.kind}: {f.message} — {why_not_fixed(f, invalid)}\n")
+            continue
+        hint = " (fixable with --fix)" if f.fixable else ""
         out.write(f"{f.kind}: {f.message}{hint}\n")
     if report.ok:
-        out.write(f"ok: {report.files} memory files, index consistent\n")
+        out.write(f"ok: {plural(report.files, 'memory file')}, index consistent\n")
         return 0
-    out.write(f"{len(report.findings)} problem(s) in {store.memdir}\n")
+    out.write(f"{plural(len(report.findings), 'problem')} in {store.memdir}\n")
     return 1
+
+
+_WHY_NOT = {
+    "invalid_frontmatter": "a person must decide: the missing or wrong name, description or type "
+    "cannot be guessed; edit the file's frontmatter or delete the file",
+    "near_duplicate": "merging two memories changes what they say; merge them or delete one "
+    "by hand",
+    "index_over_budget": "shortening MEMORY.md means choosing which entries to drop; shorten "
+    "descriptions or move detail into topic files",
+    "loose_yaml": "its fields are not all plain text, or its type is not one of user, feedback, "
+    "project, reference; rewrite the frontmatter by hand",
+}
+
+
+def why_not_fixed(finding: Finding, invalid: set[str] | None = None) -> str:
+    """Why ``doctor --fix`` left a problem, and what to do about it.
+
+    ``invalid``: the files whose frontmatter is invalid (they get no index line).
+    """
+    if finding.kind in _WHY_NOT:
+        return _WHY_NOT[finding.kind]
+    if finding.kind == "missing_from_index" and finding.file in (invalid or set()):
+        return (
+            "its frontmatter is invalid, so there is no name or description to index; fix "
+            "the frontmatter, then run doctor --fix again"
+        )
+    if finding.fixable:
+        return "MEMORY.md changed while it was repaired (an agent wrote it); run doctor --fix again"
+    return "there is no safe automatic repair for it; fix it by hand"
 
 
 async def _index(store: MemoryStore, args: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     if not args.rebuild:
         out.write((await store.read_index()).text)
         return 0
+    from mnemoscope.middleware._agentic_doctor import rebuild_index
+
+    progress(f"rebuilding {store.index_path} from the memory files...")
     files = await rebuild_index(store)
-    out.write(f"rebuilt {store.index_path} with {len(files)} entries\n")
+    out.write(f"rebuilt {store.index_path} with {plural(len(files), 'entry')}\n")
     return 0

@@ -53,10 +53,9 @@ from mnemoscope.memory._long_term_base import (
 )
 from mnemoscope.memory._ltm_infer import ExtractedFacts, build_infer_messages
 from mnemoscope.memory._ltm_manage import LocalLTMManagement
+from mnemoscope.memory._ltm_open import connect, store_error
 from mnemoscope.memory._ltm_schema import (
     COLUMNS,
-    DDL,
-    SCHEMA_VERSION,
     Pending,
     StoredMemoryItem,
     embed_text,
@@ -93,8 +92,8 @@ class LocalLongTermMemory(LocalLTMSearch, LocalLTMManagement, LongTermMemoryBase
     """Embedded hybrid long-term memory (SQLite FTS5 + dense vectors), no server.
 
     Args:
-        path: the SQLite file (created when missing), or ``":memory:"`` for a private
-            in-process store.
+        path: the SQLite file (created when missing unless ``create=False`` or
+            ``read_only=True``), or ``":memory:"`` for a private in-process store.
         embedding_model: any embedder; ``None`` runs lexical-only (logged once).
         chat_model: the model ``infer=True`` asks for facts; required for inference.
         infer: the default of ``record(..., infer=None)``.
@@ -114,6 +113,16 @@ class LocalLongTermMemory(LocalLTMSearch, LocalLTMManagement, LongTermMemoryBase
             them until deleted.
         infer_related: how many related stored memories the extraction call is shown.
         busy_timeout: seconds a write waits for another process's write to finish.
+        read_only: open the file with SQLite's ``mode=ro``: nothing is ever written (not
+            even the schema), writes raise :class:`~mnemoscope.errors.UserError`, and a
+            file without a store raises ``MemoryStoreError`` ("no long-term store in ...").
+            For inspection (``mnemoscope ltm ls``).
+        create: create the file and the store's tables when they are missing (default).
+            ``False`` requires an existing store, as ``read_only`` does, but allows writes.
+
+    Raises:
+        MemoryStoreError: on first use, when the file is not a SQLite database, is damaged
+            (it is left unchanged), is locked, or holds no store (``read_only``/``create``).
     """
 
     def __init__(
@@ -135,6 +144,8 @@ class LocalLongTermMemory(LocalLTMSearch, LocalLTMManagement, LongTermMemoryBase
         ttl: timedelta | float | None = None,
         infer_related: int = 10,
         busy_timeout: float = 30.0,
+        read_only: bool = False,
+        create: bool = True,
     ) -> None:
         if search_mode not in ("hybrid", "lexical", "dense"):
             raise UserError(
@@ -161,6 +172,10 @@ class LocalLongTermMemory(LocalLTMSearch, LocalLTMManagement, LongTermMemoryBase
         if infer and chat_model is None:
             raise UserError("infer=True needs a chat_model to extract facts; pass chat_model=")
         self.path = os.fspath(path)
+        if read_only and self.path == ":memory:":
+            raise UserError("read_only=True needs a store file; ':memory:' is always empty")
+        self.read_only = read_only
+        self.create = create and not read_only
         self.embedding_model = embedding_model
         self.chat_model = chat_model
         self.infer = infer
@@ -201,28 +216,26 @@ class LocalLongTermMemory(LocalLTMSearch, LocalLTMManagement, LongTermMemoryBase
             raise MemoryStoreError(f"LocalLongTermMemory({self.path!r}) is closed")
         if self._conn is not None:
             return self._conn
-        conn = sqlite3.connect(
-            self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+        conn = connect(
+            self.path, read_only=self.read_only, create=self.create, busy_timeout=self.busy_timeout
         )
         try:
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-            if self.path != ":memory:":
-                conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            with transaction(conn):
-                for statement in DDL.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-                conn.execute(
-                    "INSERT OR IGNORE INTO ltm_meta (key, value) VALUES ('schema_version', ?)",
-                    (SCHEMA_VERSION,),
-                )
             self._vector_mismatch = self._check_vectors(conn)
+        except sqlite3.Error as exc:
+            conn.close()
+            raise store_error(self.path, exc) from exc
         except BaseException:
             conn.close()
             raise
         self._conn = conn
         return conn
+
+    def _writable(self, operation: str) -> None:
+        if self.read_only:
+            raise UserError(
+                f"LocalLongTermMemory({self.path!r}) was opened with read_only=True; "
+                f"open it without read_only to {operation}"
+            )
 
     def _check_vectors(self, conn: sqlite3.Connection) -> str | None:
         if self.embedding_model is None:
@@ -236,23 +249,22 @@ class LocalLongTermMemory(LocalLTMSearch, LocalLTMManagement, LongTermMemoryBase
             return (
                 f"{self.path!r} holds {stored_dims}-dimensional vectors from "
                 f"{stored_model!r}, but embedding_model is {model!r}; pass the same model, "
-                "or call `await store.reembed()` once to re-embed every memory with this one"
+                "or call `await store.reembed()` once to re-embed every memory with this one "
+                f"(from the shell: mnemoscope ltm reembed {self.path} --embedding local)"
             )
         return None
 
     def _locked(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         with self._lock:
-            conn = self._connect()
             try:
+                conn = self._connect()
                 version = conn.execute("PRAGMA data_version").fetchone()[0]
                 if version != self._data_version:  # another connection committed
                     self._matrices.clear()
                     self._data_version = version
                 return fn(conn)
             except sqlite3.Error as exc:
-                raise MemoryStoreError(
-                    f"LocalLongTermMemory({self.path!r}): {type(exc).__name__}: {exc}"
-                ) from exc
+                raise store_error(self.path, exc, action="read") from exc
 
     async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         return await asyncio.to_thread(self._locked, fn)
@@ -305,6 +317,7 @@ class LocalLongTermMemory(LocalLTMSearch, LocalLTMManagement, LongTermMemoryBase
         """
         if not user_id:
             raise UserError("record() needs a non-empty user_id")
+        self._writable("record memories")
         use_infer = self.infer if infer is None else infer
         if use_infer and self.chat_model is None:
             raise UserError(

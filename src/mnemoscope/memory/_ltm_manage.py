@@ -20,6 +20,7 @@ from mnemoscope.memory._ltm_schema import (
     HistoryEntry,
     Pending,
     StoredMemoryItem,
+    UserStats,
     embed_text,
     log_event,
     remove_rows,
@@ -46,6 +47,38 @@ class LocalLTMManagement:
 
     async def _require_vectors(self) -> None:
         raise NotImplementedError
+
+    def _writable(self, operation: str) -> None:
+        raise NotImplementedError
+
+    async def users(self) -> builtins.list[UserStats]:
+        """Every user with memories in the store, by user id, with their counts."""
+        now = time.time()
+        rows = await self._run(
+            lambda conn: conn.execute(
+                "SELECT user_id, SUM(status = 'active' AND (expires_at IS NULL OR "
+                "expires_at > ?)), COUNT(*) FROM ltm_memories GROUP BY user_id ORDER BY user_id",
+                (now,),
+            ).fetchall()
+        )
+        return [UserStats(user_id=u, active=int(a or 0), total=int(t)) for u, a, t in rows]
+
+    async def stored_embedding(self) -> tuple[str, int] | None:
+        """``(model name, dimensions)`` of the vectors in the file, ``None`` if it has none.
+
+        Read without loading any model, so a caller can check that an embedder fits the
+        store before paying for loading it.
+        """
+        meta = dict(
+            await self._run(
+                lambda conn: conn.execute(
+                    "SELECT key, value FROM ltm_meta WHERE key IN ('embedding_model', 'dimensions')"
+                ).fetchall()
+            )
+        )
+        if "dimensions" not in meta:
+            return None
+        return str(meta.get("embedding_model")), int(meta["dimensions"])
 
     async def list(
         self,
@@ -99,6 +132,7 @@ class LocalLTMManagement:
         Raises:
             KeyError: no memory has this id.
         """
+        self._writable("update a memory")
         text = content.strip()
         if not text:
             raise UserError("update() needs a non-empty content; use delete() to remove a memory")
@@ -154,6 +188,7 @@ class LocalLTMManagement:
 
     async def delete(self, memory_id: str) -> bool:
         """Remove a memory (its history keeps a ``delete`` entry). ``False`` if unknown."""
+        self._writable("delete a memory")
 
         def write(conn: sqlite3.Connection) -> bool:
             with transaction(conn):
@@ -184,6 +219,7 @@ class LocalLTMManagement:
 
     async def erase_user(self, user_id: str) -> int:
         """Delete every memory of a user and their history; returns how many memories."""
+        self._writable("erase a user")
 
         def write(conn: sqlite3.Connection) -> int:
             with transaction(conn):
@@ -202,6 +238,7 @@ class LocalLTMManagement:
 
     async def purge_expired(self) -> int:
         """Delete every expired memory (history keeps a ``delete`` entry); returns how many."""
+        self._writable("purge expired memories")
 
         def write(conn: sqlite3.Connection) -> int:
             now = utcnow()
@@ -221,16 +258,32 @@ class LocalLTMManagement:
 
         return await self._run(write)
 
-    async def reembed(self, *, batch_size: int = 256) -> int:
-        """Re-embed every memory with the current ``embedding_model``; returns how many."""
+    async def reembed(
+        self,
+        *,
+        batch_size: int = 256,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> int:
+        """Re-embed every memory with the current ``embedding_model``; returns how many.
+
+        Args:
+            batch_size: memories embedded (and written) per batch.
+            progress: called with ``(done, total)`` after each batch (and once with
+                ``(0, total)`` before the first), e.g. to print progress.
+        """
         if self.embedding_model is None:
             raise UserError("reembed() needs an embedding_model; pass one to the store")
+        if batch_size < 1:
+            raise UserError(f"batch_size must be >= 1, got {batch_size}")
+        self._writable("re-embed memories")
         model = self.embedding_model
         rows = await self._run(
             lambda conn: conn.execute(
                 "SELECT rid, content, speaker FROM ltm_memories ORDER BY rid"
             ).fetchall()
         )
+        if progress is not None:
+            progress(0, len(rows))
         for start in range(0, len(rows), batch_size):
             chunk = rows[start : start + batch_size]
             vectors = await model.embed([embed_text(Pending(r[1], r[2])) for r in chunk])
@@ -243,6 +296,8 @@ class LocalLTMManagement:
                     )
 
             await self._run(write)
+            if progress is not None:
+                progress(start + len(chunk), len(rows))
 
         def finish(conn: sqlite3.Connection) -> None:
             with transaction(conn):

@@ -93,6 +93,16 @@ class StoredMemoryItem(MemoryItem):
     expires_at: datetime | None = None
 
 
+class UserStats(BaseModel):
+    """A user of the store and how many memories they have (see ``users()``)."""
+
+    user_id: str
+    active: int
+    """Memories that retrieval returns (not superseded, not expired)."""
+    total: int
+    """Every stored memory, superseded and expired ones included."""
+
+
 class HistoryEntry(BaseModel):
     """One event in the life of a memory, oldest first in :meth:`history`."""
 

@@ -59,6 +59,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("mnemoscope.middleware.long_term")
 
+
+def _count(n: int) -> str:
+    """``"1 memory"``, ``"3 memories"``."""
+    return f"{n} memory" if n == 1 else f"{n} memories"
+
+
 _T = TypeVar("_T")
 
 Mode = Literal["static_control", "agent_control", "both"]
@@ -264,7 +270,7 @@ class LongTermMemoryMiddleware(MiddlewareBase):
         return self._event(
             ctx,
             "retrieve",
-            f"{len(items)} memories injected" if items else "no relevant memories",
+            f"{_count(len(items))} injected" if items else "no relevant memories",
             {"query": query, "items": [_item_data(i) for i in items]},
         )
 
@@ -329,7 +335,7 @@ class LongTermMemoryMiddleware(MiddlewareBase):
             "skipped": len(result.skipped),
         }
         n = len(result.added) + len(result.updated)
-        message = f"{n} memories stored" if n else "the store kept nothing new from this exchange"
+        message = f"{_count(n)} stored" if n else "the store kept nothing new from this exchange"
         return self._event(ctx, "write", message, data)
 
     def _event(
@@ -460,7 +466,7 @@ class LongTermMemoryMiddleware(MiddlewareBase):
                 self._event(
                     reply,
                     "error" if failures else "retrieve",
-                    f"search_memory: {len(items)} memories"
+                    f"search_memory: {_count(len(items))}"
                     + (f"; failed: {'; '.join(failures)}" if failures else ""),
                     {
                         "keywords": queries,
