@@ -9,6 +9,10 @@ It drives AgentScope's ``Agent`` with a zero-latency scripted chat model (a
 trivial async function tool, and prints one JSON object on stdout: per-reply wall times
 (seconds) for every scenario and configuration, plus what was disabled and why.
 
+The sleeping-tool scenarios (``sleep5_async``, ``sleep5_sync``: 5 calls of a tool that
+sleeps 100 ms in one step) also record, per reply, the slowest call's own duration
+(``"slowest"`` in the JSON), the ceiling the main script compares the wall time with.
+
 Each reply uses a fresh ``Agent`` built outside the timed region (so history never grows
 and every reply does the same work), sharing one toolkit per row; only
 ``await agent.reply(...)`` is timed. After every reply the harness checks that the tools
@@ -40,6 +44,10 @@ from pydantic import BaseModel
 
 FINAL_TEXT = "All done."
 SYSTEM_PROMPT = "You are a benchmark agent."
+SLEEP_MS = 100
+TOOL_OF = {"sleep5_async": "nap", "sleep5_sync": "nap_sync"}
+CALL_SECONDS: list[float] = []
+"""How long each sleeping call of the current reply took, measured by the call itself."""
 
 
 async def echo(text: str) -> str:
@@ -50,6 +58,32 @@ async def echo(text: str) -> str:
             The text to echo.
     """
     return f"echo: {text}"
+
+
+async def nap(text: str) -> str:
+    """Sleep 100 ms, like a short HTTP fetch.
+
+    Args:
+        text (`str`):
+            A label.
+    """
+    started = time.perf_counter()
+    await asyncio.sleep(SLEEP_MS / 1000)
+    CALL_SECONDS.append(time.perf_counter() - started)
+    return f"slept: {text}"
+
+
+def nap_sync(text: str) -> str:
+    """Sleep 100 ms in blocking code, like a sync HTTP client.
+
+    Args:
+        text (`str`):
+            A label.
+    """
+    started = time.perf_counter()
+    time.sleep(SLEEP_MS / 1000)
+    CALL_SECONDS.append(time.perf_counter() - started)
+    return f"slept: {text}"
 
 
 class ScriptedModel(ChatModelBase):
@@ -118,8 +152,8 @@ class NoopMiddleware(MiddlewareBase):
         return current_prompt
 
 
-def _call(i: int) -> ToolCallBlock:
-    return ToolCallBlock(id=f"call_{i}", name="echo", input=json.dumps({"text": f"t{i}"}))
+def _call(i: int, name: str = "echo") -> ToolCallBlock:
+    return ToolCallBlock(id=f"call_{i}", name=name, input=json.dumps({"text": f"t{i}"}))
 
 
 def make_script(scenario: str) -> tuple[list[list[Any]], int, int]:
@@ -129,16 +163,20 @@ def make_script(scenario: str) -> tuple[list[list[Any]], int, int]:
         return [final], 1, 0
     if scenario == "tools1":
         return [[_call(0)], final], 2, 1
-    if scenario == "tools5_parallel":
+    if scenario in ("tools5_parallel", "tools5_concurrent"):
+        # AgentScope runs these concurrently either way (is_concurrency_safe=True default)
         return [[_call(i) for i in range(5)], final], 2, 5
+    if scenario in TOOL_OF:
+        return [[_call(i, TOOL_OF[scenario]) for i in range(5)], final], 2, 5
     if scenario == "tools5_sequential":
         return [[_call(i)] for i in range(5)] + [final], 6, 5
     raise ValueError(scenario)
 
 
-def make_toolkit() -> Toolkit:
+def make_toolkit(scenario: str) -> Toolkit:
+    func: Any = {"sleep5_async": nap, "sleep5_sync": nap_sync}.get(scenario, echo)
     tool = FunctionTool(
-        echo,
+        func,
         # AgentScope asks the user for custom function tools by default, which would park
         # the reply; mnemoscope's side allows the same trivial tool without asking.
         permission=PermissionDecision(behavior=PermissionBehavior.ALLOW, message="bench"),
@@ -160,7 +198,9 @@ def make_agent(model: ScriptedModel, toolkit: Toolkit, config: str, middleware: 
     )
 
 
-def check(agent: Agent, model: ScriptedModel, msg: Any, n_model: int, n_tools: int) -> None:
+def check(
+    agent: Agent, model: ScriptedModel, msg: Any, n_model: int, n_tools: int, prefix: str
+) -> None:
     """The harness is right: every tool ran, its result is in context, the answer came back."""
     assert msg.get_text_content() == FINAL_TEXT, msg
     assert model.n_calls == n_model, (model.n_calls, n_model)
@@ -173,25 +213,35 @@ def check(agent: Agent, model: ScriptedModel, msg: Any, n_model: int, n_tools: i
     assert len(results) == n_tools, results
     for r in results:
         text = r.output if isinstance(r.output, str) else "".join(b.text for b in r.output)
-        assert r.state == "success" and text.startswith("echo: t"), r
+        assert r.state == "success" and text.startswith(prefix), r
 
 
 async def run_case(
-    scenario: str, config: str, middleware: bool, replies: int, warmup: int
+    scenario: str,
+    config: str,
+    middleware: bool,
+    replies: int,
+    warmup: int,
+    slowest: list[float],
 ) -> list[float]:
+    """Wall times of the timed replies; ``slowest`` gets each one's slowest sleeping call."""
     times: list[float] = []
-    toolkit = make_toolkit()  # tools are long-lived: one per row
+    toolkit = make_toolkit(scenario)  # tools are long-lived: one per row
+    prefix = "slept: t" if scenario in TOOL_OF else "echo: t"
     for i in range(warmup + replies):
         script, n_model, n_tools = make_script(scenario)
         model = ScriptedModel(script)
         agent = make_agent(model, toolkit, config, middleware)
         user = UserMsg(name="user", content="Please run the tools.")
+        CALL_SECONDS.clear()
         started = time.perf_counter()
         msg = await agent.reply(user)
         elapsed = time.perf_counter() - started
-        check(agent, model, msg, n_model, n_tools)
+        check(agent, model, msg, n_model, n_tools, prefix)
         if i >= warmup:
             times.append(elapsed)
+            if CALL_SECONDS:
+                slowest.append(max(CALL_SECONDS))
     return times
 
 
@@ -208,7 +258,12 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replies", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=20)
-    parser.add_argument("--scenarios", default="tools0,tools1,tools5_parallel,tools5_sequential")
+    parser.add_argument("--sleep-replies", type=int, default=20)
+    parser.add_argument(
+        "--scenarios",
+        default="tools0,tools1,tools5_parallel,tools5_sequential,tools5_concurrent,"
+        "sleep5_async,sleep5_sync",
+    )
     args = parser.parse_args()
 
     # AgentScope's logger prints INFO records to stderr by default. Count whatever is
@@ -217,14 +272,20 @@ async def main() -> None:
     logging.getLogger("as").addHandler(counter)
 
     results: dict[str, dict[str, list[float]]] = {}
+    slowest: dict[str, dict[str, list[float]]] = {}
     for scenario in args.scenarios.split(","):
+        sleeping = scenario in TOOL_OF
+        replies = args.sleep_replies if sleeping else args.replies
+        warmup = min(args.warmup, 2) if sleeping else args.warmup
         for middleware in (False, True):
             key = f"{scenario}{'+mw' if middleware else ''}"
-            results[key] = {}
-            for config in ("lean", "defaults"):
+            results[key], slowest[key] = {}, {}
+            # the sleeping rows measure concurrency, not per-reply overhead: defaults only
+            for config in ("defaults",) if sleeping else ("lean", "defaults"):
                 gc.collect()
+                slowest[key][config] = []
                 results[key][config] = await run_case(
-                    scenario, config, middleware, args.replies, args.warmup
+                    scenario, config, middleware, replies, warmup, slowest[key][config]
                 )
     json.dump(
         {
@@ -241,8 +302,11 @@ async def main() -> None:
                 "(no file offloading), tracing is an opt-in middleware (not added), no studio",
                 "the tool is FunctionTool(echo, permission=ALLOW) (the default is ASK)",
                 "5 calls in one step run concurrently (is_concurrency_safe=True, the default)",
+                "a sync function tool runs on the event loop (FunctionTool.call calls it "
+                "directly), so the 5 sync sleeps of one step run one after another",
             ],
             "results": results,
+            "slowest": slowest,
         },
         sys.stdout,
     )

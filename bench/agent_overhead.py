@@ -13,8 +13,17 @@ Scenarios (one reply each):
 * ``5 tools, 1 step``: one model response with 5 parallel tool calls, then the answer;
 * ``5 tools, 5 steps``: 5 sequential steps of one tool call each, then the answer
   (6 model calls);
+* ``5 tools, 1 step, concurrent``: the 5 parallel calls again, with the tool marked
+  read-only on mnemoscope's side so the calls run as one concurrent batch (AgentScope
+  runs them concurrently in both rows: ``is_concurrency_safe=True`` is its default);
 
 each without middleware and with one no-op middleware overriding every hook.
+
+Tools that take time (a second table): one step of 5 calls of a tool that sleeps
+100 ms (an async ``asyncio.sleep``, and a sync ``time.sleep`` that runs on a thread),
+then the answer. The ceiling is the slowest of the 5 calls, as each call measures its
+own duration in the same reply: a step that runs its calls concurrently takes about
+that long (goal: wall time <= 1.2x of it), one that runs them in turn 5x.
 
 Every reply uses a fresh agent (and model) built outside the timed region, so history
 never grows and every reply does the same work; the toolkit, like a user's tools, is built
@@ -25,6 +34,7 @@ into one markdown table. Usage::
     python bench/agent_overhead.py                     # ~300 replies per row
     python bench/agent_overhead.py --replies 1000 --json out.json
     python bench/agent_overhead.py --skip-agentscope   # mnemoscope only
+    python bench/agent_overhead.py --sleep-replies 50  # replies per sleeping-tool row (20)
 
 The AgentScope virtualenv (default ``/work/side/as2``, or ``--as2-python`` /
 ``MNEMOSCOPE_AS2_PYTHON``) is made with::
@@ -68,7 +78,17 @@ SCENARIOS: dict[str, tuple[str, int, int]] = {
     "tools1": ("1 tool", 2, 1),
     "tools5_parallel": ("5 tools, 1 step (parallel calls)", 2, 5),
     "tools5_sequential": ("5 tools, 5 steps (sequential)", 6, 5),
+    "tools5_concurrent": ("5 tools, 1 step, concurrent (read-only tool)", 2, 5),
 }
+SLEEP_MS = 100
+SLEEP_SCENARIOS: dict[str, tuple[str, int, int]] = {
+    "sleep5_async": (f"5 calls x {SLEEP_MS} ms async sleep, 1 step", 2, 5),
+    "sleep5_sync": (f"5 calls x {SLEEP_MS} ms sync sleep (thread), 1 step", 2, 5),
+}
+ALL_SCENARIOS = {**SCENARIOS, **SLEEP_SCENARIOS}
+TOOL_OF = {"sleep5_async": "nap", "sleep5_sync": "nap_sync"}
+CALL_SECONDS: list[float] = []
+"""How long each sleeping call of the current reply took, measured by the call itself."""
 
 
 async def echo(text: str) -> str:
@@ -78,6 +98,43 @@ async def echo(text: str) -> str:
         text: the text to echo.
     """
     return f"echo: {text}"
+
+
+async def nap(text: str) -> str:
+    """Sleep 100 ms, like a short HTTP fetch.
+
+    Args:
+        text: a label.
+    """
+    started = time.perf_counter()
+    await asyncio.sleep(SLEEP_MS / 1000)
+    CALL_SECONDS.append(time.perf_counter() - started)
+    return f"slept: {text}"
+
+
+def nap_sync(text: str) -> str:
+    """Sleep 100 ms in blocking code, like a sync HTTP client.
+
+    Args:
+        text: a label.
+    """
+    started = time.perf_counter()
+    time.sleep(SLEEP_MS / 1000)
+    CALL_SECONDS.append(time.perf_counter() - started)
+    return f"slept: {text}"
+
+
+def make_toolkit(scenario: str) -> Toolkit:
+    """One toolkit per row (tools are long-lived), with only the row's tool."""
+    if scenario == "tools5_concurrent":
+        return Toolkit(tools=[FunctionTool(echo, is_read_only=True)])
+    if scenario in TOOL_OF:
+        # a fetch or a sleep only reads: async read-only tools run concurrently by
+        # default; a sync one opts in (time.sleep is thread-safe)
+        if scenario == "sleep5_async":
+            return Toolkit(tools=[FunctionTool(nap, is_read_only=True)])
+        return Toolkit(tools=[FunctionTool(nap_sync, is_read_only=True, concurrency_safe=True)])
+    return Toolkit(tools=[FunctionTool(echo)])
 
 
 class NoopMiddleware(MiddlewareBase):
@@ -112,8 +169,11 @@ def make_script(scenario: str) -> list[Any]:
         return [FINAL_TEXT]
     if scenario == "tools1":
         return [tool_call("echo", "call_0", text="t0"), FINAL_TEXT]
-    if scenario == "tools5_parallel":
+    if scenario in ("tools5_parallel", "tools5_concurrent"):
         return [[tool_call("echo", f"call_{i}", text=f"t{i}") for i in range(5)], FINAL_TEXT]
+    if scenario in TOOL_OF:
+        name = TOOL_OF[scenario]
+        return [[tool_call(name, f"call_{i}", text=f"t{i}") for i in range(5)], FINAL_TEXT]
     if scenario == "tools5_sequential":
         return [tool_call("echo", f"call_{i}", text=f"t{i}") for i in range(5)] + [FINAL_TEXT]
     raise ValueError(scenario)
@@ -132,43 +192,65 @@ def make_agent(model: ScriptedChatModel, toolkit: Toolkit, middleware: bool) -> 
 
 async def check(agent: Agent, model: ScriptedChatModel, msg: Any, scenario: str) -> None:
     """The harness is right: every tool ran, the answer came back (not a test)."""
-    _, n_model, n_tools = SCENARIOS[scenario]
+    _, n_model, n_tools = ALL_SCENARIOS[scenario]
+    prefix = "slept: t" if scenario in TOOL_OF else "echo: t"
     assert msg.get_text_content() == FINAL_TEXT, msg
     assert len(model.calls) == n_model, (len(model.calls), n_model)
     stored = await agent.memory.get()
     results = [b for m in stored for b in m.content if getattr(b, "type", None) == "tool_result"]
     assert len(results) == n_tools, results
     for r in results:
-        assert r.state == "success" and r.output_text().startswith("echo: t"), r
+        assert r.state == "success" and r.output_text().startswith(prefix), r
 
 
-async def run_case(scenario: str, middleware: bool, replies: int, warmup: int) -> list[float]:
+async def run_case(
+    scenario: str, middleware: bool, replies: int, warmup: int, slowest: list[float]
+) -> list[float]:
+    """Wall times of the timed replies; ``slowest`` gets each one's slowest sleeping call."""
     times: list[float] = []
-    toolkit = Toolkit(tools=[FunctionTool(echo)])  # tools are long-lived: one per row
+    toolkit = make_toolkit(scenario)  # tools are long-lived: one per row
     for i in range(warmup + replies):
         model = ScriptedChatModel(make_script(scenario))
         agent = make_agent(model, toolkit, middleware)
         user = UserMsg("user", "Please run the tools.")
+        CALL_SECONDS.clear()
         started = time.perf_counter()
         msg = await agent.reply(user)
         elapsed = time.perf_counter() - started
         await check(agent, model, msg, scenario)
         if i >= warmup:
             times.append(elapsed)
+            if CALL_SECONDS:
+                slowest.append(max(CALL_SECONDS))
+    toolkit.close()
     return times
 
 
-async def run_mnemoscope(replies: int, warmup: int) -> dict[str, list[float]]:
+async def run_mnemoscope(
+    replies: int, warmup: int, sleep_replies: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """(wall times per row key, slowest call per reply for the sleeping rows)."""
     results: dict[str, list[float]] = {}
-    for scenario in SCENARIOS:
+    slowest: dict[str, list[float]] = {}
+    for scenario in ALL_SCENARIOS:
+        sleeping = scenario in SLEEP_SCENARIOS
         for middleware in (False, True):
             gc.collect()
             key = f"{scenario}{'+mw' if middleware else ''}"
-            results[key] = await run_case(scenario, middleware, replies, warmup)
-    return results
+            slowest[key] = []
+            results[key] = await run_case(
+                scenario,
+                middleware,
+                sleep_replies if sleeping else replies,
+                min(warmup, 2) if sleeping else warmup,
+                slowest[key],
+            )
+    return results, slowest
 
 
-def run_agentscope(python: str, replies: int, warmup: int) -> dict[str, Any] | None:
+def run_agentscope(
+    python: str, replies: int, warmup: int, sleep_replies: int
+) -> dict[str, Any] | None:
     """The AgentScope side's JSON, or ``None`` (with a message) when it cannot run."""
     if not Path(python).exists():
         print(
@@ -180,7 +262,16 @@ def run_agentscope(python: str, replies: int, warmup: int) -> dict[str, Any] | N
         )
         return None
     proc = subprocess.run(
-        [python, str(SIDE_SCRIPT), "--replies", str(replies), "--warmup", str(warmup)],
+        [
+            python,
+            str(SIDE_SCRIPT),
+            "--replies",
+            str(replies),
+            "--warmup",
+            str(warmup),
+            "--sleep-replies",
+            str(sleep_replies),
+        ],
         capture_output=True,
         text=True,
         check=False,
@@ -208,7 +299,7 @@ def stats(times: list[float]) -> dict[str, float]:
 
 def _row_label(key: str) -> str:
     scenario, _, mw = key.partition("+")
-    label, n_model, n_tools = SCENARIOS[scenario]
+    label, n_model, n_tools = ALL_SCENARIOS[scenario]
     suffix = " + no-op middleware" if mw else ""
     return f"{label}{suffix} | {n_model} | {n_tools}"
 
@@ -226,6 +317,8 @@ def render(
         sep += "---:|---:|---:|---:|---:|---:|"
     lines = [head, sep]
     for key, m in mn.items():
+        if key.partition("+")[0] in SLEEP_SCENARIOS:
+            continue
         row = (
             f"| {_row_label(key)} | {m['median_us']:.0f} | {m['p95_us']:.0f}"
             f" | {m['replies_per_s']:.0f} |"
@@ -241,6 +334,42 @@ def render(
     return "\n".join(lines)
 
 
+def render_sleep(
+    mn: dict[str, list[float]],
+    mn_slowest: dict[str, list[float]],
+    as2: dict[str, dict[str, list[float]]] | None,
+    as2_slowest: dict[str, dict[str, list[float]]] | None,
+) -> str:
+    """The sleeping-tool rows: wall time against the slowest call of the same reply."""
+    head = (
+        "| scenario | model calls | tool calls | slowest call ms | mnemoscope median ms"
+        " | / slowest (goal <= 1.2x) |"
+    )
+    sep = "|---|---:|---:|---:|---:|---:|"
+    if as2 is not None:
+        head += " AS2 median ms | AS2 / slowest | AS2 / mnemoscope |"
+        sep += "---:|---:|---:|"
+    lines = [head, sep]
+    for key, times in mn.items():
+        if key.partition("+")[0] not in SLEEP_SCENARIOS:
+            continue
+        wall = statistics.median(times)
+        slow = statistics.median(mn_slowest[key])
+        ratios = [t / s for t, s in zip(times, mn_slowest[key], strict=True)]
+        row = (
+            f"| {_row_label(key)} | {slow * 1e3:.1f} | {wall * 1e3:.1f}"
+            f" | {statistics.median(ratios):.2f}x |"
+        )
+        if as2 is not None and as2_slowest is not None and key in as2:
+            # the lean and default configurations do the same here: show the defaults
+            a_times, a_slow = as2[key]["defaults"], as2_slowest[key]["defaults"]
+            a_wall = statistics.median(a_times)
+            a_ratio = statistics.median(t / s for t, s in zip(a_times, a_slow, strict=True))
+            row += f" {a_wall * 1e3:.1f} | {a_ratio:.2f}x | {a_wall / wall:.2f}x |"
+        lines.append(row)
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description="Framework overhead per reply vs AgentScope 2.0.11."
@@ -252,14 +381,24 @@ def main() -> None:
         default=os.environ.get("MNEMOSCOPE_AS2_PYTHON", DEFAULT_AS2_PYTHON),
         help="python of the agentscope==2.0.11 venv (env MNEMOSCOPE_AS2_PYTHON)",
     )
+    parser.add_argument(
+        "--sleep-replies",
+        type=int,
+        default=20,
+        help="timed replies per sleeping-tool row (20; each takes >= 100 ms)",
+    )
     parser.add_argument("--skip-agentscope", action="store_true", help="measure mnemoscope only")
     parser.add_argument("--json", metavar="OUT", help="also write all statistics to OUT")
     args = parser.parse_args()
     warmup = args.warmup if args.warmup is not None else max(1, min(20, args.replies // 10))
 
-    mn_raw = asyncio.run(run_mnemoscope(args.replies, warmup))
+    mn_raw, mn_slowest = asyncio.run(run_mnemoscope(args.replies, warmup, args.sleep_replies))
     mn = {k: stats(v) for k, v in mn_raw.items()}
-    side = None if args.skip_agentscope else run_agentscope(args.as2_python, args.replies, warmup)
+    side = (
+        None
+        if args.skip_agentscope
+        else run_agentscope(args.as2_python, args.replies, warmup, args.sleep_replies)
+    )
     as2 = (
         {k: {c: stats(t) for c, t in cfgs.items()} for k, cfgs in side["results"].items()}
         if side
@@ -276,9 +415,26 @@ def main() -> None:
     print(render(mn, as2))
     print()
     print(
+        f"### Tools that take time ({args.sleep_replies} timed replies per row): "
+        "wall time per reply against the slowest call of the same reply\n"
+    )
+    print(
+        render_sleep(
+            mn_raw,
+            mn_slowest,
+            side["results"] if side else None,
+            side["slowest"] if side else None,
+        )
+    )
+    print()
+    print(
         "mnemoscope: defaults (InMemoryMemory, no token budget, default permission mode), "
-        "ScriptedChatModel (records every model input); parallel tool calls run one after "
-        "another."
+        "ScriptedChatModel (records every model input). The echo tool is not marked "
+        "read-only, so in the '5 tools, 1 step (parallel calls)' rows its calls run one "
+        "after another (a tool with side effects keeps the model's order); read-only tools "
+        "(the 'concurrent' rows and the async sleeping tool) run as one concurrent batch; the "
+        "sync sleeping tool opts in (concurrency_safe=True) and runs on the toolkit's "
+        "bounded threads (max_tool_threads=8)."
     )
     if side:
         print(f"AgentScope {side['agentscope_version']} (Python {side['python']}):")
@@ -295,8 +451,11 @@ def main() -> None:
                     "replies": args.replies,
                     "warmup": warmup,
                     "mnemoscope": mn,
+                    "mnemoscope_slowest_call_s": mn_slowest,
                     "agentscope": as2,
-                    "agentscope_meta": {k: v for k, v in (side or {}).items() if k != "results"},
+                    "agentscope_meta": {
+                        k: v for k, v in (side or {}).items() if k not in ("results", "slowest")
+                    },
                 },
                 indent=2,
             )

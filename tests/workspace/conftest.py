@@ -50,7 +50,13 @@ async def case(request: pytest.FixtureRequest, tmp_path) -> AsyncIterator[Backen
             pytest.skip(msg)
         ws = BubblewrapWorkspace(workdir=str(work))
     elif request.param == "docker":
-        ws = DockerWorkspace(image=request.getfixturevalue("docker_image"))
+        # the test's tmp_path is bind-mounted at the same path, so files a test makes on the
+        # host side are the ones the container sees
+        ws = DockerWorkspace(
+            image=request.getfixturevalue("docker_image"),
+            workdir=str(work),
+            run_kwargs={"volumes": {str(tmp_path): {"bind": str(tmp_path), "mode": "rw"}}},
+        )
     else:
         if not os.environ.get("E2B_API_KEY"):
             pytest.skip("E2B_API_KEY is not set; E2B sandboxes need an account")

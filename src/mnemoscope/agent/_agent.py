@@ -20,7 +20,7 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from functools import partial
 
-from mnemoscope.agent._acting import acting_core
+from mnemoscope.agent._acting import act_step, acting_core
 from mnemoscope.agent._chain import compose
 from mnemoscope.agent._reasoning import model_call_core, reasoning_core
 from mnemoscope.agent._state import AgentState
@@ -29,7 +29,6 @@ from mnemoscope.errors import UserError
 from mnemoscope.memory import InMemoryMemory, MemoryBase
 from mnemoscope.message import AssistantMsg, Msg, TextBlock, ToolResultBlock, UserMsg, as_msg
 from mnemoscope.middleware import (
-    ActingContext,
     AgentEvent,
     MiddlewareBase,
     ReasoningContext,
@@ -37,8 +36,6 @@ from mnemoscope.middleware import (
     ReplyContext,
     ReplyEndEvent,
     ReplyStartEvent,
-    ToolResultEvent,
-    ToolUseEvent,
 )
 from mnemoscope.model import ChatModelBase
 from mnemoscope.tool import Toolkit
@@ -58,7 +55,9 @@ class Agent:
         name: the agent's name (used as the name of its messages).
         system_prompt: base instructions; middleware may extend them.
         model: the chat model.
-        toolkit: tools the model may call.
+        toolkit: tools the model may call. The calls of one step whose tools are
+            concurrency-safe run at once (consecutive ones; permission decisions stay
+            one at a time, in call order); the others run alone, in order.
         middlewares: outermost first.
         memory: short-term memory; a fresh :class:`InMemoryMemory` by default.
         max_iters: maximum reasoning steps per reply.
@@ -179,19 +178,8 @@ class Agent:
                 return
             results: list[ToolResultBlock] = []
             full_outputs: dict[str, str] = {}
-            max_chars = self._output_chars(len(tool_uses))
-            for tool_use in tool_uses:
-                yield ToolUseEvent(reply_id=ctx.reply_id, tool_use=tool_use)
-                actx = ActingContext(reply=ctx, tool_use=tool_use)
-                async for event in self._acting_chain(actx):
-                    yield event
-                assert actx.result is not None
-                # what reaches the model is bounded; the cut text is stored, not sent
-                result, full = self.toolkit.limit_output(actx.result, max_chars)
-                if full is not None:
-                    full_outputs[str(len(results))] = full
-                results.append(result)
-                yield ToolResultEvent(reply_id=ctx.reply_id, result=result)
+            async for event in act_step(self, ctx, tool_uses, results, full_outputs):
+                yield event
             result_msg = UserMsg(
                 "tool", results, metadata={FULL_OUTPUTS_KEY: full_outputs} if full_outputs else {}
             )

@@ -2,11 +2,13 @@
 
 A tool declares a ``name``, a ``description``, an input model (a pydantic model whose
 JSON schema is shown to the model and which validates the arguments), whether it only
-reads, and which paths a call touches (for the permission engine).
+reads, whether its calls may overlap with other calls of the same model step, and which
+paths a call touches (for the permission engine).
 """
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -93,6 +95,18 @@ class ToolBase(ABC):
     """When True the tool allows itself in the permission engine (e.g. memory tools)."""
     timeout: float | None = None
     """Seconds one call may take; ``None`` uses the toolkit's default (``Toolkit(timeout=)``)."""
+    concurrency_safe: bool | None = None
+    """Whether calls of this tool may run at the same time as the other concurrency-safe
+    calls of one model step. ``None`` (the default): safe exactly when ``is_read_only``.
+    Set ``False`` for a read-only tool that must not overlap (a rate-limited API), ``True``
+    for a writing tool whose calls are independent of each other."""
+
+    @property
+    def is_concurrency_safe(self) -> bool:
+        """``concurrency_safe``, or ``is_read_only`` when it is ``None``."""
+        if self.concurrency_safe is None:
+            return bool(self.is_read_only)
+        return bool(self.concurrency_safe)
 
     def schema(self) -> ToolSchema:
         """The provider-neutral schema shown to the model (built once per tool)."""
@@ -110,8 +124,17 @@ class ToolBase(ABC):
             self.__dict__["_schema_cache"] = cached
         return cached[1]
 
-    def permission_paths(self, tool_input: BaseModel) -> list[PathAccess]:
-        """Paths this call touches; file tools override this. Default: none."""
+    def permission_paths(
+        self, tool_input: BaseModel, ctx: ToolContext | None = None
+    ) -> list[PathAccess]:
+        """Paths this call touches, as :meth:`call` will resolve them; default: none.
+
+        Args:
+            tool_input: the validated input.
+            ctx: the call's context when there is one (the agent passes it), so relative
+                paths can resolve against ``ctx.permission_context.cwd``; an override
+                written with only ``tool_input`` still works.
+        """
         return []
 
     async def check_permissions(
@@ -126,3 +149,42 @@ class ToolBase(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
+
+
+def permission_paths_of(
+    tool: ToolBase, tool_input: BaseModel, ctx: ToolContext | None
+) -> list[PathAccess]:
+    """``tool.permission_paths(tool_input, ctx)``, or without ``ctx`` for an override
+    that takes only the input (written before ``ctx`` existed)."""
+    method = tool.permission_paths
+    key = getattr(method, "__func__", method)
+    try:
+        how = _CONTEXT_ARG.get(key)
+    except TypeError:  # an unhashable callable set on the instance
+        key, how = None, None
+    if how is None:
+        how = _context_arg(method)
+        if key is not None and len(_CONTEXT_ARG) < 1024:
+            _CONTEXT_ARG[key] = how
+    if how == "keyword":
+        return method(tool_input, ctx=ctx)
+    if how == "positional":
+        return method(tool_input, ctx)
+    return method(tool_input)
+
+
+_CONTEXT_ARG: dict[Any, str] = {}
+"""Per ``permission_paths`` function: how it takes ``ctx`` (keyword, positional, none)."""
+
+
+def _context_arg(method: Callable[..., Any]) -> str:
+    try:
+        params = list(inspect.signature(method).parameters.values())  # bound: no self
+    except (TypeError, ValueError):
+        return "positional"
+    if any(p.name == "ctx" and p.kind is not p.POSITIONAL_ONLY for p in params):
+        return "keyword"
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params):
+        return "positional"
+    return "none"

@@ -120,8 +120,12 @@ class _FileTool(ToolBase):
         """The paths a call touches, made absolute as :meth:`call` will use them."""
         raise NotImplementedError
 
-    def permission_paths(self, tool_input: BaseModel) -> list[PathAccess]:
-        return self._paths(tool_input, None)
+    def permission_paths(
+        self, tool_input: BaseModel, ctx: ToolContext | None = None
+    ) -> list[PathAccess]:
+        """The paths as :meth:`call` and :meth:`check_permissions` resolve them: relative
+        ones against ``ctx.permission_context.cwd`` when given (else the backend's cwd)."""
+        return self._paths(tool_input, ctx)
 
     async def check_permissions(
         self, tool_input: BaseModel, ctx: ToolContext

@@ -66,6 +66,15 @@ class FunctionTool(ToolBase):
     A parameter annotated with :class:`ToolContext` (any name) receives the call's
     context and is hidden from the model. A sync function runs in the toolkit's bounded
     thread pool; ``timeout`` (seconds) overrides the toolkit's default time limit.
+
+    ``concurrency_safe``: whether calls may overlap with the other concurrency-safe calls
+    of one model step. The default (``None``): an *async* read-only function (a search, an
+    HTTP GET) runs concurrently; a function with side effects runs alone, in the order the
+    model gave; a *sync* function runs alone too, as concurrent calls of it would run on
+    several threads at once, which most blocking code (an SDK client, a ``sqlite3``
+    connection) is not written for. Pass ``True`` for a thread-safe sync tool or for side
+    effects that do not depend on each other, ``False`` for a tool that must not overlap
+    (a rate-limited API).
     """
 
     def __init__(
@@ -77,6 +86,7 @@ class FunctionTool(ToolBase):
         is_read_only: bool = False,
         auto_allow: bool = False,
         timeout: float | None = None,
+        concurrency_safe: bool | None = None,
     ) -> None:
         if not callable(func):
             raise UserError(f"FunctionTool needs a callable, got {func!r}")
@@ -85,7 +95,13 @@ class FunctionTool(ToolBase):
                 f"tool {name or getattr(func, '__name__', func)!r}: timeout must be a positive "
                 f"number of seconds or None (the toolkit's default), got {timeout!r}"
             )
+        if concurrency_safe is not None and not isinstance(concurrency_safe, bool):
+            raise UserError(
+                f"tool {name or getattr(func, '__name__', func)!r}: concurrency_safe must be "
+                f"True, False or None (the default), got {concurrency_safe!r}"
+            )
         self.timeout = timeout
+        self.concurrency_safe = concurrency_safe
         self.func = func
         self.name = name or func.__name__
         doc_desc, param_docs = parse_docstring(func.__doc__)
@@ -109,6 +125,13 @@ class FunctionTool(ToolBase):
         self.Input = create_model(  # type: ignore[misc]
             f"{self.name}_input", __config__=ConfigDict(extra="forbid"), **fields
         )
+
+    @property
+    def is_concurrency_safe(self) -> bool:
+        """``concurrency_safe``, or when it is ``None``: read-only and async."""
+        if self.concurrency_safe is None:
+            return bool(self.is_read_only) and inspect.iscoroutinefunction(self.func)
+        return bool(self.concurrency_safe)
 
     async def call(self, tool_input: BaseModel, ctx: ToolContext) -> ToolResult:
         kwargs = {k: getattr(tool_input, k) for k in type(tool_input).model_fields}
@@ -154,7 +177,7 @@ def function_tool(func: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
     """Decorator: ``@function_tool`` or ``@function_tool(name=..., is_read_only=True)``.
 
     Keyword arguments are those of :class:`FunctionTool` (``name``, ``description``,
-    ``is_read_only``, ``auto_allow``, ``timeout`` in seconds).
+    ``is_read_only``, ``auto_allow``, ``timeout`` in seconds, ``concurrency_safe``).
     """
     if func is None:
         return lambda f: FunctionTool(f, **kwargs)

@@ -6,6 +6,12 @@ Safe execution means the agent loop never crashes on a tool: an exception (any
 becomes an error result the model reads. Sync tools run on the toolkit's own bounded pool
 of daemon threads (:class:`~mnemoscope.tool._threads.ToolThreadPool`), never on the event
 loop's default executor, so hung tools cannot starve ``asyncio.to_thread`` users.
+
+Concurrency: the agent runs consecutive calls of one model step whose tools are
+concurrency-safe (:meth:`Toolkit.is_concurrency_safe`: read-only tools by default, but
+sync function tools only when they opt in) at the same time, each under its own time
+limit; sync ones share the ``max_tool_threads`` bound (a call waiting for a thread
+spends its own time limit).
 """
 
 from __future__ import annotations
@@ -106,6 +112,11 @@ class Toolkit:
                 f"tool {tool.name!r}: timeout must be a positive number of seconds or None "
                 f"(the toolkit's default), got {tool.timeout!r}"
             )
+        if tool.concurrency_safe is not None and not isinstance(tool.concurrency_safe, bool):
+            raise UserError(
+                f"tool {tool.name!r}: concurrency_safe must be True, False or None "
+                f"(the default), got {tool.concurrency_safe!r}"
+            )
         self._tools[tool.name] = tool
         self._schemas = None
         return tool
@@ -165,6 +176,13 @@ class Toolkit:
                 f"Invalid input for {tool.name}: {describe_exception(exc)}. "
                 "Fix the arguments and call again.",
             )
+
+    def is_concurrency_safe(self, tool_use: ToolUseBlock) -> bool:
+        """Whether this call may run at the same time as the other concurrency-safe calls
+        of its step: its tool's :attr:`~ToolBase.is_concurrency_safe`. A call of an
+        unknown tool is safe (it only produces an error result)."""
+        tool = self._tools.get(tool_use.name)
+        return tool is None or tool.is_concurrency_safe
 
     def timeout_for(self, tool: ToolBase) -> float | None:
         """The time limit of one call of ``tool``: its own ``timeout``, else the toolkit's."""
