@@ -12,6 +12,7 @@ PACKAGES = [
     "mnemoscope.credential",
     "mnemoscope.embedding",
     "mnemoscope.errors",
+    "mnemoscope.inspector",
     "mnemoscope.memory",
     "mnemoscope.message",
     "mnemoscope.middleware",

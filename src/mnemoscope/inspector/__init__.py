@@ -1,0 +1,69 @@
+"""A web page that shows what an agent knows and what it was shown (``mnemoscope inspect``).
+
+Sessions with their marks, tool calls paired with their results and summaries linked to
+what they cover; the model calls of a reply, part by part; the native long-term store and
+the agentic Markdown memory, editable, every edit recorded in an audit log. Server-rendered
+HTML with a few lines of JavaScript: no build step, nothing fetched from the network.
+
+Example::
+
+    from mnemoscope.inspector import create_inspector_app
+
+    app = create_inspector_app(store="sqlite+aiosqlite:///sessions.db", auth="tokens.txt")
+
+Needs the ``inspector`` extra (Starlette): ``pip install 'mnemoscope[inspector]'``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mnemoscope.inspector._audit import AuditEntry, AuditLog
+from mnemoscope.inspector._auth import TokenFileAuth, TokenResolver, load_token_file
+from mnemoscope.inspector._calls import (
+    ContextPart,
+    ModelCallSourceBase,
+    ModelCallView,
+    ReconstructedCallSource,
+)
+from mnemoscope.inspector._sessions import (
+    Page,
+    RedisSessionReader,
+    SessionReaderBase,
+    SessionSummary,
+    SQLSessionReader,
+    StoredEntry,
+    session_reader_from_url,
+)
+
+if TYPE_CHECKING:
+    from mnemoscope.inspector._app import create_inspector_app
+
+
+def __getattr__(name: str) -> Any:
+    if name == "create_inspector_app":  # needs the 'inspector' extra (Starlette)
+        from mnemoscope.inspector._app import create_inspector_app
+
+        return create_inspector_app
+    raise AttributeError(f"module 'mnemoscope.inspector' has no attribute {name!r}")
+
+
+__all__ = [
+    "AuditEntry",
+    "AuditLog",
+    "ContextPart",
+    "ModelCallSourceBase",
+    "ModelCallView",
+    "Page",
+    "ReconstructedCallSource",
+    "RedisSessionReader",
+    "SQLSessionReader",
+    "SessionReaderBase",
+    "SessionSummary",
+    "StoredEntry",
+    "TokenFileAuth",
+    "TokenResolver",
+    "create_inspector_app",
+    "load_token_file",
+    "session_reader_from_url",
+]

@@ -1,0 +1,200 @@
+"""The inspector in a real browser: Playwright driving Debian's Chromium (headless).
+
+Never downloads a browser: Chromium is the ``chromium`` package (``/usr/bin/chromium``).
+The server is uvicorn in a thread on a free port. Screenshots of the views are written to
+``docs/img/inspector-*.png`` (used by ``docs/inspector.md``). The first-screen time of a
+5,000-message session is measured and printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CHROMIUM = os.environ.get("MNEMOSCOPE_CHROMIUM", "/usr/bin/chromium")
+IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+REQUIRE = os.environ.get("MNEMOSCOPE_REQUIRE_SERVICES") == "1"
+
+os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+
+
+def _need(ok: bool, why: str) -> None:
+    if ok:
+        return
+    if REQUIRE:
+        pytest.fail(why + " (MNEMOSCOPE_REQUIRE_SERVICES=1 forbids skipping)")
+    pytest.skip(why)
+
+
+pytestmark = pytest.mark.slow
+
+TOKENS = {"tok-alice": "alice", "tok-bob": "bob"}
+BIG = 5_000
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _big_session(url: str) -> None:
+    from mnemoscope.memory import AsyncSQLAlchemyMemory
+    from mnemoscope.message import AssistantMsg, UserMsg
+
+    async with AsyncSQLAlchemyMemory(url, user_id="alice", session_id="big") as mem:
+        msgs = []
+        for i in range(BIG // 2):
+            msgs.append(UserMsg("alice", f"question {i}: what about item {i}?"))
+            msgs.append(AssistantMsg("agent", f"answer {i}: item {i} is fine. " * 3))
+        await mem.add(msgs)
+
+
+@pytest.fixture
+def server(world_sync: Any, tmp_path: Path) -> Iterator[tuple[str, Any]]:
+    _need(Path(CHROMIUM).exists(), f"Chromium is missing at {CHROMIUM}: apt-get install chromium")
+    pytest.importorskip("playwright", reason="playwright is not installed: pip install playwright")
+    uvicorn = pytest.importorskip("uvicorn", reason="the 'inspector' extra is not installed")
+    from mnemoscope.inspector import create_inspector_app
+
+    asyncio.run(_big_session(world_sync.store_url))
+    app = create_inspector_app(
+        store=world_sync.store_url,
+        auth=TOKENS,
+        ltm=world_sync.ltm_path,
+        workdir=world_sync.workdir,
+        audit=str(tmp_path / "audit.db"),
+        system_prompt="You are a helpful weather assistant.",
+    )
+    port = _free_port()
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not srv.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}", world_sync
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=15)
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def _sign_in(page: Any, base: str, token: str) -> None:
+    page.goto(f"{base}/sessions")
+    page.fill("input[name=token]", token)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/sessions")
+
+
+def test_browser_sessions_calls_memory_and_isolation(server: tuple[str, Any], browser: Any) -> None:
+    base, world = server
+    IMG.mkdir(parents=True, exist_ok=True)
+    ctx = browser.new_context(viewport={"width": 1200, "height": 900})
+    ctx.set_default_timeout(15_000)
+    page = ctx.new_page()
+
+    # sign in
+    first = page.goto(f"{base}/sessions")
+    assert first is not None and first.status == 401
+    _sign_in(page, base, "tok-alice")
+    assert page.locator("header .who").inner_text().endswith("alice")
+
+    # open a session, see the summary and what it covers
+    page.click("text=s1")
+    summary = page.locator(".msg.marked-summary")
+    assert summary.locator(".badge.summary").first.is_visible()
+    assert "covers 2 messages" in summary.inner_text()
+    pair = page.locator('.pair[data-tool-use="call_1"]')
+    assert "sunny, 21 C" in pair.inner_text()
+    page.screenshot(path=str(IMG / "inspector-session.png"), full_page=True)
+    summary.locator(".covers a").first.click()
+    page.wait_for_url(f"**#m-{world.alice_ids['old1']}")
+
+    # the context of a model call
+    page.goto(f"{base}/session?sid=s1")
+    page.click(f"#m-{world.alice_ids['question']} >> text=model calls of this reply")
+    calls = page.locator("section.call")
+    assert calls.count() == 2
+    assert "You are a helpful weather assistant." in calls.first.inner_text()
+    assert "current message" in calls.first.inner_text()
+    page.screenshot(path=str(IMG / "inspector-calls.png"), full_page=True)
+
+    # search a memory, edit it, see the edit in its history
+    page.click("header >> text=Long-term memory")
+    page.fill("input[name=q]", "tea")
+    page.click("text=Search")
+    page.click("text=Alice prefers green tea.")
+    page.fill("textarea[name=content]", "Alice prefers jasmine tea, no sugar.")
+    page.click("text=Save")
+    history = page.locator("table.history")
+    assert "Alice prefers green tea." in history.inner_text()
+    assert "Alice prefers jasmine tea, no sugar." in history.inner_text()
+    assert "ltm.update" in page.locator("table.audit").inner_text()
+    page.screenshot(path=str(IMG / "inspector-memory.png"), full_page=True)
+
+    page.click("header >> text=Markdown memory")
+    assert "dangling_index_line" in page.inner_text("ul.findings")
+    page.screenshot(path=str(IMG / "inspector-agentic.png"), full_page=True)
+
+    # a 5,000-message session: time to the first screen (measured, not asserted)
+    started = time.perf_counter()
+    page.goto(f"{base}/session?sid=big")
+    page.locator(".msg").first.wait_for()
+    wall = (time.perf_counter() - started) * 1000
+    nav = page.evaluate(
+        "() => { const n = performance.getEntriesByType('navigation')[0];"
+        " const p = performance.getEntriesByName('first-contentful-paint')[0];"
+        " return {dcl: n.domContentLoadedEventEnd, fcp: p ? p.startTime : null}; }"
+    )
+    assert f"{BIG:,} messages" in page.inner_text("main")
+    print(
+        f"\n5,000-message session, first screen: first contentful paint "
+        f"{nav['fcp'] or float('nan'):.0f} ms, DOMContentLoaded {nav['dcl']:.0f} ms, "
+        f"goto+first message {wall:.0f} ms (not asserted)"
+    )
+    ctx.close()
+
+    # a second user cannot open the first user's pages by any URL
+    other = browser.new_context()
+    other.set_default_timeout(15_000)
+    bob = other.new_page()
+    _sign_in(bob, base, "tok-bob")
+    ids = world.alice_ids
+    for path in (
+        "/session?sid=s1",
+        "/session?sid=big&page=last",
+        f"/session/message?sid=s1&msg={ids['question']}",
+        f"/session/calls?sid=s1&msg={ids['question']}",
+        f"/memory/item?id={ids['memory']}",
+        "/agentic/file?name=tea.md",
+    ):
+        resp = bob.goto(base + path)
+        assert resp is not None and resp.status == 404, path
+        assert "Hangzhou" not in bob.inner_text("main") and "jasmine" not in bob.content()
+    bob.goto(f"{base}/sessions")
+    assert "b1" in bob.inner_text("main") and "big" not in bob.inner_text("main")
+    other.close()
