@@ -62,7 +62,11 @@ class Saver:
             )
         if self.step == "check":
             if result.is_error:
-                assert "changed" in result.output_text(), result.output_text()
+                # a conflict: the index changed since this Read; or the Read saw it empty and
+                # the system prompt of the next call (which counts as a read) showed the other
+                # process's lines, so the Edit ran against that version with old_string=""
+                err = result.output_text()
+                assert "changed" in err or "old_string is empty" in err, err
                 conflicts += 1
                 self.step = "edit"
                 return tool_call("Read", file_path=index)
