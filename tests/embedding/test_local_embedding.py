@@ -118,11 +118,11 @@ def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     from mnemoscope.embedding import LocalEmbeddingModel
 
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)
-    with pytest.raises(MissingExtraError, match=r"'local' extra.*mnemoscope\[local\]"):
-        LocalEmbeddingModel()
+    with pytest.raises(MissingExtraError, match=r"'local-torch' extra.*mnemoscope\[local-torch\]"):
+        LocalEmbeddingModel(backend="torch")
 
 
 def test_alias() -> None:
     from mnemoscope.embedding import LocalEmbeddingModel, SentenceTransformerEmbedding
 
-    assert SentenceTransformerEmbedding is LocalEmbeddingModel
+    assert type(LocalEmbeddingModel(backend="torch").inner) is SentenceTransformerEmbedding

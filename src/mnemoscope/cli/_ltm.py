@@ -5,11 +5,13 @@ Usage (``STORE`` may be given positionally or with ``--db``)::
     mnemoscope ltm users STORE                              # who has memories, how many
     mnemoscope ltm ls STORE --user alice [--all] [--json]
     mnemoscope ltm search STORE "where does she live" --user alice [--limit 5]
-        [--mode lexical|hybrid|dense] [--embedding local|hash]
+        [--mode lexical|hybrid|dense] [--embedding local|hash|static [--embedder-dir DIR]]
     mnemoscope ltm forget STORE ID [ID ...]                 # delete memories by id
     mnemoscope ltm forget STORE --user alice --everything   # erase a user
     mnemoscope ltm export STORE --user alice [--out alice.jsonl] [--history]
     mnemoscope ltm reembed STORE --embedding local          # after changing the embedder
+    mnemoscope ltm reembed STORE --embedding static --embedder-dir DIR
+    mnemoscope ltm build-embedder DIR [--dims 256]          # distil a static embedder, offline
 
 ``STORE`` defaults to ``$MNEMOSCOPE_LTM_DB`` or ``mnemoscope_ltm.db``. The CLI never
 creates a store and never adds tables to a file: ``users``, ``ls``, ``search`` and
@@ -37,7 +39,8 @@ from mnemoscope.cli._text import CLIUsageError, merge_location, pick_location, p
 
 DB_ENV = "MNEMOSCOPE_LTM_DB"
 DEFAULT_DB = "mnemoscope_ltm.db"
-EMBEDDERS = ("local", "hash")
+EMBEDDERS = ("local", "hash", "static")
+STATIC_ENV = "MNEMOSCOPE_STATIC_EMBEDDER"
 
 
 def add_ltm_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -86,6 +89,11 @@ def add_ltm_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="embed the query (hybrid search) with the local MiniLM model or the test "
         "hash embedder; must be what the store was built with",
     )
+    search.add_argument(
+        "--embedder-dir",
+        default=None,
+        help=f"for --embedding static: the `ltm build-embedder` output (default: ${STATIC_ENV})",
+    )
     search.set_defaults(ltm_handler=_search)
 
     forget = sub.add_parser(
@@ -116,7 +124,35 @@ def add_ltm_parser(subparsers: Any) -> argparse.ArgumentParser:
     reembed.add_argument("store", nargs="?", metavar="STORE")
     reembed.add_argument("--embedding", choices=EMBEDDERS, required=True)
     reembed.add_argument("--batch-size", type=int, default=256)
+    reembed.add_argument(
+        "--embedder-dir",
+        default=None,
+        help=f"for --embedding static: the `ltm build-embedder` output (default: ${STATIC_ENV})",
+    )
     reembed.set_defaults(ltm_handler=_reembed)
+
+    build = sub.add_parser(
+        "build-embedder",
+        help="distil the local MiniLM into a static embedder (offline, ~45 s of CPU)",
+        description="Distil all-MiniLM-L6-v2 into a static (model2vec) embedder: a token "
+        "table that embeds a query in well under a millisecond, for big imports, tests and "
+        "small machines. Offline; needs the 'local' extra (or 'local-torch' for "
+        "--teacher torch).",
+    )
+    build.add_argument("out_dir", metavar="OUT_DIR", help="the directory to write (new or empty)")
+    build.add_argument("--dims", type=int, default=256, help="vector dimensions (default: 256)")
+    build.add_argument(
+        "--teacher",
+        choices=["auto", "onnx", "torch"],
+        default="auto",
+        help="the MiniLM to distil from: onnx (the 'local' extra), torch (float32, "
+        "'local-torch'), auto (onnx when installed)",
+    )
+    build.add_argument("--threads", type=int, default=None, help="compute threads (default: all)")
+    build.add_argument(
+        "--overwrite", action="store_true", help="replace the embedder already in OUT_DIR"
+    )
+    build.set_defaults(ltm_handler=_build_embedder, ltm_needs_store=False)
 
     parser.set_defaults(handler=run_ltm, ltm_parser=parser)
     return parser
@@ -133,6 +169,8 @@ def run_ltm(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if handler is None:
         args.ltm_parser.print_help(out)
         return 2
+    if not getattr(args, "ltm_needs_store", True):
+        return int(asyncio.run(handler(args, "", out)) or 0)
     db = _store_path(args)
     if db != ":memory:" and not Path(db).is_file():
         where = "a directory, not a store file" if Path(db).is_dir() else "no such file"
@@ -184,7 +222,21 @@ def _open(db: str, *, embedder: Any = None, read_only: bool = True) -> Any:
     return LocalLongTermMemory(db, embedding_model=embedder, read_only=read_only, create=False)
 
 
-def _embedder(name: str, stored: tuple[str, int] | None) -> Any:
+def _static_dir(args: argparse.Namespace) -> str:
+    folder = getattr(args, "embedder_dir", None) or os.environ.get(STATIC_ENV)
+    if not folder:
+        raise CLIUsageError(
+            f"--embedding static needs --embedder-dir DIR (or ${STATIC_ENV}); build one with "
+            "`mnemoscope ltm build-embedder DIR`"
+        )
+    return folder
+
+
+def _embedder(name: str, stored: tuple[str, int] | None, args: argparse.Namespace) -> Any:
+    if name == "static":
+        from mnemoscope.embedding import StaticEmbeddingModel
+
+        return StaticEmbeddingModel(_static_dir(args))
     if name == "hash":
         from mnemoscope.testing import HashEmbeddingModel
 
@@ -198,8 +250,11 @@ def _embedder(name: str, stored: tuple[str, int] | None) -> Any:
     return model
 
 
-def _expected(name: str) -> tuple[str, int]:
-    """The (model, dimensions) ``--embedding name`` stands for, without loading it."""
+def _expected(name: str, args: argparse.Namespace) -> tuple[str, int]:
+    """The (model, dimensions) ``--embedding name`` stands for, without loading MiniLM."""
+    if name == "static":
+        model = _embedder(name, None, args)  # a table read, no model to run
+        return model.model, model.dimensions
     if name == "hash":
         return "hash-embedding", 256
     from mnemoscope.embedding._local import DEFAULT_LOCAL_MODEL
@@ -303,7 +358,7 @@ async def _search(args: argparse.Namespace, db: str, out: TextIO) -> int:
         # check the store's vectors before loading any model (MiniLM takes seconds)
         async with _open(db) as probe:
             stored = await probe.stored_embedding()
-        expected = _expected(args.embedding)
+        expected = _expected(args.embedding, args)
         if stored is None:
             if mode == "dense":
                 raise CLIUsageError(
@@ -321,7 +376,7 @@ async def _search(args: argparse.Namespace, db: str, out: TextIO) -> int:
                 f"mnemoscope ltm reembed {db} --embedding {args.embedding}"
             )
         else:
-            embedder = _embedder(args.embedding, stored)
+            embedder = _embedder(args.embedding, stored, args)
     async with _open(db, embedder=embedder) as store:
         items = await store.retrieve(args.query, **scope, limit=args.limit, mode=mode)
         _dump(items, args, out)
@@ -378,7 +433,7 @@ async def _reembed(args: argparse.Namespace, db: str, out: TextIO) -> int:
         raise CLIUsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     async with _open(db) as probe:
         stored = await probe.stored_embedding()
-    embedder = _embedder(args.embedding, None)
+    embedder = _embedder(args.embedding, None, args)
     before = f"{stored[0]!r} ({stored[1]} dimensions)" if stored else "no vectors"
 
     def report(done: int, total: int) -> None:
@@ -392,5 +447,43 @@ async def _reembed(args: argparse.Namespace, db: str, out: TextIO) -> int:
     out.write(
         f"re-embedded {plural(n, 'memory')} in {db}: {before} -> {embedder.model!r} "
         f"({embedder.dimensions} dimensions)\n"
+    )
+    return 0
+
+
+async def _build_embedder(args: argparse.Namespace, db: str, out: TextIO) -> int:
+    """``ltm build-embedder OUT_DIR``: distil a static embedder (``db`` is unused)."""
+    import time
+
+    from mnemoscope.embedding import build_static_embedder
+    from mnemoscope.embedding._static_build import static_model_name
+
+    if not 1 <= args.dims <= 384:
+        raise CLIUsageError(f"--dims must be between 1 and 384 (MiniLM's size), got {args.dims}")
+    if args.threads is not None and args.threads < 1:
+        raise CLIUsageError(f"--threads must be >= 1, got {args.threads}")
+    started = time.monotonic()
+    shown = [0]
+
+    def report(done: int, total: int) -> None:
+        if done == total or done * 10 // total > shown[0]:
+            shown[0] = done * 10 // total
+            progress(f"  {done}/{total} tokens ({time.monotonic() - started:.0f} s)")
+
+    progress(f"distilling all-MiniLM-L6-v2 into a {args.dims}-dimensional static embedder...")
+    path = await asyncio.to_thread(
+        build_static_embedder,
+        args.out_dir,
+        pca_dims=args.dims,
+        teacher=args.teacher,
+        threads=args.threads,
+        overwrite=args.overwrite,
+        progress=report,
+    )
+    out.write(
+        f"built {static_model_name(args.dims)!r} ({args.dims} dimensions) in {path} "
+        f"in {time.monotonic() - started:.0f} s; load it with "
+        f"mnemoscope.embedding.StaticEmbeddingModel({str(path)!r}), or switch a store to it "
+        f"with: mnemoscope ltm reembed STORE --embedding static --embedder-dir {path}\n"
     )
     return 0

