@@ -4,11 +4,18 @@ Part 1 — latency, for 10 / 100 / 1,000 / 10,000 memory files. A synthetic memo
 (each file: YAML frontmatter + a ~400-byte body; ``MEMORY.md`` with one line per file)
 is generated once per size in a temp dir, and both implementations read the same files:
 
-* **system prompt**: mnemoscope's ``on_system_prompt`` (reads ``MEMORY.md``, applies the
-  200-line / 4,000-token budget with its omission note, lists invalid files from a scan of
-  the directory: it is done once per reply and shared with retrieval) vs AgentScope 2.0.11's
-  ``on_system_prompt`` (reads ``MEMORY.md``, cuts it by tokens), which it runs about twice
-  per model call;
+* **system prompt**: what mnemoscope's middleware does for the system prompt of a one-step
+  reply (``on_reply``: confinement, layout and change checks; ``on_reasoning``: the
+  confinement check before the model call; ``on_system_prompt``: ``MEMORY.md`` under the
+  200-line / 4,000-token budget with its omission note, and the invalid files of the latest
+  completed scan). ``warm`` = nothing changed since the last reply (any background scan the
+  reply starts is waited for and counted), ``cold`` = a new middleware, as in a new process,
+  timed until the prompt is ready (the first scan runs on in the background). ``full
+  check`` is one full scan (a stat of every file), which every reply used to start. Beside
+  it AgentScope 2.0.11's ``on_system_prompt`` (reads ``MEMORY.md``, cuts it by tokens),
+  which it runs about twice per model call, warm and as the first call of a new
+  middleware; a last table checks the goals of issue 12 (warm <= 0.3 ms at 10,000 files,
+  cold <= 5 ms at 1,000);
 * **manifest**: what the selection model is shown: mnemoscope scans the directory (only
   changed files are parsed again: ``warm`` = nothing changed since the last reply,
   ``cold`` = fresh process), ranks with BM25 and keeps the best 100; AgentScope reads every
@@ -52,7 +59,6 @@ import re
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -105,15 +111,43 @@ def timed(samples: list[float]) -> float:
 
 
 # ------------------------------------------------------------------ mnemoscope
+async def reply_prompt(mw: Any, agent: Any, *, settle: bool = True) -> str:
+    """What the middleware does for the system prompt of a one-step reply: ``on_reply``
+    (confinement and layout checks, the change check that may start a scan), ``on_reasoning``
+    (the confinement check before the model call) and ``on_system_prompt``; with ``settle``
+    also any background scan that started (so its cost is counted)."""
+    from mnemoscope.message import UserMsg
+    from mnemoscope.middleware import ReasoningContext, ReplyContext
+
+    ctx = ReplyContext(agent=agent, input=UserMsg("u", QUERY))
+    out: list[str] = []
+
+    async def reasoning(rctx: Any) -> Any:
+        out.append(await mw.on_system_prompt(rctx.reply, "You are helpful."))
+        return
+        yield  # an async generator, like the agent's reasoning phase
+
+    async def inner(c: Any) -> Any:
+        async for event in mw.on_reasoning(ReasoningContext(reply=c, iteration=0), reasoning):
+            yield event
+
+    async for _ in mw.on_reply(ctx, inner):
+        pass
+    if settle:
+        await mw.store.settle()
+    return out[0]
+
+
 async def bench_mnemoscope(root: Path, repeat: int) -> dict[str, float]:
     from mnemoscope.agent import Agent
-    from mnemoscope.message import UserMsg
-    from mnemoscope.middleware import AgenticMemoryMiddleware, ReplyContext
+    from mnemoscope.middleware import AgenticMemoryMiddleware
     from mnemoscope.middleware._agentic_prompt import render_manifest
+    from mnemoscope.middleware._agentic_walk import RACY_WINDOW_NS
     from mnemoscope.testing import ScriptedChatModel
 
     def fresh() -> tuple[Any, Any]:
-        mw = AgenticMemoryMiddleware(workdir=str(root))
+        # retrieval off: its cost is the manifest column
+        mw = AgenticMemoryMiddleware(workdir=str(root), retrieval=False)
         agent = Agent(
             name="a", system_prompt="You are helpful.", model=ScriptedChatModel(), middlewares=[mw]
         )
@@ -123,17 +157,24 @@ async def bench_mnemoscope(root: Path, repeat: int) -> dict[str, float]:
     # one-time process costs (tokenizer load, worker thread start) stay out of "cold"
     warm_root = Path(tempfile.mkdtemp(prefix="agm-bench-warmup-"))
     make_corpus(warm_root, 3)
-    mw = AgenticMemoryMiddleware(workdir=str(warm_root))
+    mw = AgenticMemoryMiddleware(workdir=str(warm_root), retrieval=False)
     agent = Agent(name="a", system_prompt="x", model=ScriptedChatModel(), middlewares=[mw])
-    await mw.on_system_prompt(ReplyContext(agent=agent, input=UserMsg("u", QUERY)), "base")
+    await reply_prompt(mw, agent)
     shutil.rmtree(warm_root, ignore_errors=True)
-    # cold: a new middleware (empty parse cache), as in a new process
-    cold_prompt, cold_manifest = [], []
-    for _ in range(max(1, repeat // 3)):
+    # the corpus was just written: let the directory's timestamps leave the racy window
+    await asyncio.sleep(3 * RACY_WINDOW_NS / 1e9)
+    # cold: a new middleware (empty caches, no scan yet), as in a new process; timed until
+    # the prompt is ready (the first scan goes on in the background, waited for untimed)
+    cold_prompt, cold_cpu, cold_manifest = [], [], []
+    for i in range(max(15, repeat)):
         mw, agent = fresh()
-        t = time.perf_counter()
-        await mw.on_system_prompt(ReplyContext(agent=agent, input=UserMsg("u", QUERY)), "base")
+        t, c = time.perf_counter(), time.thread_time()
+        await reply_prompt(mw, agent, settle=False)
         cold_prompt.append(time.perf_counter() - t)
+        cold_cpu.append(time.thread_time() - c)
+        await mw.store.settle()
+        if i >= max(3, repeat // 3):
+            continue
         mw, agent = fresh()
         t = time.perf_counter()
         scan = await mw.store.scan()
@@ -142,14 +183,25 @@ async def bench_mnemoscope(root: Path, repeat: int) -> dict[str, float]:
         cold_manifest.append(time.perf_counter() - t)
     # warm: the same middleware, nothing changed on disk since the last reply
     mw, agent = fresh()
-    await mw.store.scan()
-    warm_prompt, warm_manifest, build, query = [], [], [], []
+    await reply_prompt(mw, agent)
+    scans_before = mw.store.full_scans
+    warm_prompt, warm_cpu = [], []
+    for _ in range(repeat * 20):
+        t, c = time.perf_counter(), time.process_time()
+        await reply_prompt(mw, agent)
+        warm_prompt.append(time.perf_counter() - t)
+        warm_cpu.append(time.process_time() - c)
+    out["warm_full_scans"] = mw.store.full_scans - scans_before
+    # the previous behaviour, for reference: a full scan (a stat of every file) per reply
+    full_check = []
     for _ in range(repeat):
         t = time.perf_counter()
-        await mw.on_system_prompt(ReplyContext(agent=agent, input=UserMsg("u", QUERY)), "base")
-        warm_prompt.append(time.perf_counter() - t)
+        await mw.store.scan()
+        full_check.append(time.perf_counter() - t)
+    warm_manifest, build, query = [], [], []
+    for _ in range(repeat):
         t = time.perf_counter()
-        scan = await mw.store.scan()
+        scan = await mw.store.refresh_if_stale()
         ranker = mw.store.ranker(scan)
         render_manifest(mw._candidates(QUERY, scan, ranker))
         warm_manifest.append(time.perf_counter() - t)
@@ -161,7 +213,10 @@ async def bench_mnemoscope(root: Path, repeat: int) -> dict[str, float]:
         ranker.search(QUERY, k=100)
         query.append(time.perf_counter() - t)
     out["prompt_cold_ms"] = timed(cold_prompt)
+    out["prompt_cold_cpu_ms"] = timed(cold_cpu)
     out["prompt_warm_ms"] = timed(warm_prompt)
+    out["prompt_warm_cpu_ms"] = timed(warm_cpu)
+    out["full_check_ms"] = timed(full_check)
     out["manifest_cold_ms"] = timed(cold_manifest)
     out["manifest_warm_ms"] = timed(warm_manifest)
     out["ranker_build_ms"] = timed(build)
@@ -175,17 +230,27 @@ import asyncio, json, statistics, sys, time
 from agentscope.middleware import AgenticMemoryMiddleware
 
 async def main(root, repeat):
+    # one-time process costs (imports, tokenizer) stay out of "first call", as ours do
+    await AgenticMemoryMiddleware(workdir=root).on_system_prompt(None, "base")
+    first = []
+    for _ in range(max(3, repeat // 3)):
+        mw = AgenticMemoryMiddleware(workdir=root)
+        t = time.perf_counter()
+        await mw.on_system_prompt(None, "base")
+        first.append(time.perf_counter() - t)
     mw = AgenticMemoryMiddleware(workdir=root)
     prompt, manifest = [], []
-    for _ in range(repeat):
+    for _ in range(repeat * 5):
         t = time.perf_counter()
         await mw.on_system_prompt(None, "base")
         prompt.append(time.perf_counter() - t)
+    for _ in range(repeat):
         t = time.perf_counter()
         mw._format_manifest(await mw._list_md_files())
         manifest.append(time.perf_counter() - t)
     med = lambda xs: statistics.median(xs) * 1000
-    print(json.dumps({"prompt_ms": med(prompt), "manifest_ms": med(manifest)}))
+    print(json.dumps({"prompt_ms": med(prompt), "prompt_first_ms": med(first),
+                      "manifest_ms": med(manifest)}))
 
 asyncio.run(main(sys.argv[1], int(sys.argv[2])))
 """
@@ -290,6 +355,13 @@ def bench_recall(path: str, ks: tuple[int, ...] = (1, 5, 10, 20)) -> dict[str, A
 
 
 # ---------------------------------------------------------------------- main
+def _loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "n/a"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1_000, 10_000])
@@ -303,12 +375,24 @@ def main() -> None:
     args = parser.parse_args()
 
     results: dict[str, Any] = {"latency": {}, "recall": None}
+    print(f"load average at start: {_loadavg()}\n")
     print("## Agentic memory latency (median ms; lower is better)\n")
     print(
-        "| files | mnemoscope prompt (cold / warm) | AS2 prompt "
-        "| mnemoscope manifest (cold / warm) | AS2 manifest | BM25 rebuild | BM25 query |"
+        "Prompt = the middleware's work for the system prompt of a one-step reply "
+        "(`on_reply` + `on_reasoning` + `on_system_prompt`, any background scan it starts "
+        "included when warm). Full check = one full scan (a stat of every file), what every "
+        "reply did before. AS2 prompt = AgentScope 2.0.11's `on_system_prompt` (reads "
+        "`MEMORY.md`, cuts it by tokens), warm and first call of a new middleware. Prompt "
+        "times are wall clock, with the CPU time of the process (warm; any worker thread "
+        "included) or of the event-loop thread (cold; the first scan runs on after the "
+        "prompt is ready) in brackets: on a loaded machine the difference is time spent "
+        "descheduled.\n"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| files | prompt warm | prompt cold | full check | AS2 prompt (warm / first) "
+        "| manifest (cold / warm) | AS2 manifest | BM25 rebuild | BM25 query |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in args.sizes:
         root = Path(tempfile.mkdtemp(prefix=f"agm-bench-{n}-"))
         try:
@@ -321,15 +405,43 @@ def main() -> None:
         finally:
             shutil.rmtree(root, ignore_errors=True)
         results["latency"][n] = {"mnemoscope": ours, "agentscope": theirs}
-        as_prompt = f"{theirs['prompt_ms']:.2f}" if isinstance(theirs, dict) else "n/a"
-        as_manifest = f"{theirs['manifest_ms']:.2f}" if isinstance(theirs, dict) else "n/a"
+        if isinstance(theirs, dict):
+            as_prompt = f"{theirs['prompt_ms']:.2f} / {theirs['prompt_first_ms']:.2f}"
+            as_manifest = f"{theirs['manifest_ms']:.2f}"
+        else:
+            as_prompt = as_manifest = "n/a"
         print(
-            f"| {n:,} | {ours['prompt_cold_ms']:.2f} / {ours['prompt_warm_ms']:.2f} | {as_prompt} "
+            f"| {n:,} | {ours['prompt_warm_ms']:.3f} ({ours['prompt_warm_cpu_ms']:.3f}) "
+            f"| {ours['prompt_cold_ms']:.2f} ({ours['prompt_cold_cpu_ms']:.2f}) "
+            f"| {ours['full_check_ms']:.2f} | {as_prompt} "
             f"| {ours['manifest_cold_ms']:.2f} / {ours['manifest_warm_ms']:.2f} | {as_manifest} "
             f"| {ours['ranker_build_ms']:.2f} | {ours['ranker_query_ms']:.3f} |"
         )
+        if ours["warm_full_scans"]:
+            print(f"\n(warning: {ours['warm_full_scans']:.0f} full scans in the warm replies)\n")
         if isinstance(theirs, str) and theirs != "skipped":
             print(f"\n{theirs}\n")
+    goals = [
+        ("warm prompt, 1,000 files", 1_000, "prompt_warm_ms", None, "prompt_ms"),
+        ("warm prompt, 10,000 files", 10_000, "prompt_warm_ms", 0.3, "prompt_ms"),
+        ("cold prompt, 1,000 files", 1_000, "prompt_cold_ms", 5.0, "prompt_first_ms"),
+    ]
+    rows = [g for g in goals if g[1] in results["latency"]]
+    if rows:
+        print("\n## Prompt goals (issue 12, item 4)\n")
+        print("| case | mnemoscope ms (cpu) | goal ms | AS2 reads MEMORY.md, ms | met |")
+        print("|---|---:|---:|---:|---|")
+        for label, n, key, goal, as_key in rows:
+            lat = results["latency"][n]
+            ours_ms = lat["mnemoscope"][key]
+            theirs_ms = (
+                f"{lat['agentscope'][as_key]:.2f}" if isinstance(lat["agentscope"], dict) else "n/a"
+            )
+            met = "-" if goal is None else ("yes" if ours_ms <= goal else "NO")
+            goal_s = "-" if goal is None else f"{goal:g}"
+            cpu = lat["mnemoscope"][key.replace("_ms", "_cpu_ms")]
+            print(f"| {label} | {ours_ms:.3f} ({cpu:.3f}) | {goal_s} | {theirs_ms} | {met} |")
+    print(f"\nload average at end: {_loadavg()}")
     if Path(args.locomo).exists():
         rec = bench_recall(args.locomo)
         results["recall"] = rec
@@ -358,4 +470,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -574,16 +574,17 @@ async def test_prompt_catches_up_with_the_replys_own_scan_before_the_next_step(
 async def test_prompt_needs_no_new_scan_when_nothing_changed(tmp_path: Path) -> None:
     seed_memories(tmp_path, {"broken.md": "no frontmatter"})
     mw = AgenticMemoryMiddleware(workdir=str(tmp_path), retrieval=False)
-    model = ScriptedChatModel(["ok", "ok"])
+    model = ScriptedChatModel(["ok"] * 3)
     agent = make_agent(model, mw)
-    await agent.reply("hi")
+    await agent.reply("hi")  # the cold prompt does not wait for the first scan
     await mw.store.settle()
     scan = mw.store.last_scan
     await agent.reply("hi")
     await mw.store.settle()
     assert mw.store.last_scan is scan  # unchanged directory: the same scan result
-    first, second = (c.system_prompt for c in model.calls)
-    assert first == second and "- broken.md: no frontmatter" in second
+    await agent.reply("hi")
+    _, second, third = (c.system_prompt for c in model.calls)
+    assert second == third and "- broken.md: no frontmatter" in second
 
 
 # -------------------------------------------------------------------- construction

@@ -16,6 +16,7 @@ and ``MEMORY.md`` holds one line per memory: ``- [User profile](user_profile.md)
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 import time
@@ -369,3 +370,72 @@ def add_index_lines(index_text: str, lines: Iterable[str]) -> str:
     if not extra:
         return index_text
     return f"{body}\n{extra}\n" if body else f"{extra}\n"
+
+
+# ------------------------------------------------ what the store reads and scans
+@dataclass(frozen=True)
+class IndexSnapshot:
+    """``MEMORY.md`` at one moment.
+
+    Attributes:
+        text: its content, bounded: at most ``MAX_INDEX_BYTES`` bytes (whole lines),
+            each line cut at ``MAX_INDEX_LINE_CHARS`` characters.
+        cheap_version: the weak version ``mtime_ns:size:i<inode>`` (what
+            :meth:`MemoryStore.index_version` returns).
+        version: the workspace's exact version token (``expected_version`` of a write)
+            when the whole file was read; the weak version otherwise, which no write
+            accepts, so a partly read index is never written back.
+        real_path: the file's real path.
+        size: the file's size in bytes.
+        read_bytes: how many of them ``text`` holds (``size`` when nothing was left out).
+        long_lines: how many lines were cut at ``MAX_INDEX_LINE_CHARS`` characters.
+    """
+
+    text: str
+    cheap_version: str
+    version: str
+    real_path: str
+    size: int = 0
+    read_bytes: int = 0
+    long_lines: int = 0
+
+    @property
+    def bytes_cut(self) -> bool:
+        """True when the end of the file was not read."""
+        return self.read_bytes < self.size
+
+    @property
+    def complete(self) -> bool:
+        """True when ``text`` is the whole file, unchanged (the model may count it as read)."""
+        return not self.bytes_cut and not self.long_lines
+
+
+@dataclass
+class ScanResult:
+    """Every memory file of the directory (``MEMORY.md`` excluded), sorted by file name."""
+
+    files: list[MemoryFile]
+
+    @functools.cached_property
+    def valid(self) -> list[MemoryFile]:
+        return [f for f in self.files if f.valid]
+
+    @functools.cached_property
+    def invalid(self) -> list[MemoryFile]:
+        return [f for f in self.files if not f.valid]
+
+    @functools.cached_property
+    def invalid_signature(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """File names and errors of the invalid files (what the system prompt lists)."""
+        return tuple((f.filename, tuple(f.errors)) for f in self.invalid)
+
+    @functools.cached_property
+    def valid_by_name(self) -> dict[str, MemoryFile]:
+        return {f.filename: f for f in self.valid}
+
+    def by_name(self) -> dict[str, MemoryFile]:
+        return {f.filename: f for f in self.files}
+
+    @functools.cached_property
+    def signature(self) -> tuple[tuple[str, float | None, int], ...]:
+        return tuple((f.filename, f.mtime, f.size) for f in self.files)

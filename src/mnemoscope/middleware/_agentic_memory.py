@@ -29,16 +29,21 @@ as a :class:`~mnemoscope.message.HintBlock` holding those files. The first step 
 to ``retrieval_wait`` seconds for it, so a reply answered in one model call still gets
 the memories when retrieval is fast; later steps take it only if it is done.
 
-The system prompt costs a stat of ``MEMORY.md`` per reply when nothing changed: the index
-is read again only when it changes, and the rendered section is cached. Files with invalid
-frontmatter are listed from the latest directory scan that has *completed*: every reply
-starts a scan in the background (only changed files are parsed again); the prompt uses
-this reply's scan if it is already done, else the previous one, and waits only when no
-scan has ever completed (the first reply of a middleware). If this reply's scan then
-finishes with a different list of invalid files, the prompt is rebuilt before the next
-reasoning step (as when ``MEMORY.md`` changes). So a bad file written by someone else is
-listed at the latest from the second reasoning step of the next reply; the agent's own
-bad writes are flagged at once in the Write/Edit result.
+The system prompt costs a few ``lstat`` calls per reply when nothing changed (the
+confinement check, ``MEMORY.md``, the memory directory): the index is read again only when
+it changes, the rendered section is cached, and no memory file is looked at. Files with
+invalid frontmatter are listed from the latest directory scan that has *completed*. A
+reply starts a new scan (in the background; only changed files are parsed again) only
+when something may have changed (:meth:`MemoryStore.refresh_if_stale`): a write through
+this library (the agent's Write/Edit, the store, ``mnemoscope memory``), a directory whose
+mtime, ctime or inode moved (any file created, removed, renamed or rewritten by renaming),
+or ``full_check_interval`` seconds (30) since the last scan, which is how a file another
+program edited in place is seen. The prompt uses this reply's scan if it is already done,
+else the previous one, and never waits for one (the first prompt of a middleware lists
+no invalid files yet); if this reply's scan then finishes with a different list of
+invalid files, the prompt is rebuilt before the next reasoning step (as when
+``MEMORY.md`` changes). Retrieval waits for its reply's scan. The agent's own bad writes
+are flagged at once in the Write/Edit result.
 
 Confinement: ``<workdir>/Memory`` must resolve strictly inside the workdir (a link to
 another directory of the workdir is fine). On the local disk this is checked when the
@@ -81,6 +86,7 @@ from mnemoscope.middleware._agentic_prompt import (
     render_manifest,
 )
 from mnemoscope.middleware._agentic_store import (
+    DEFAULT_FULL_CHECK_INTERVAL,
     MAX_INDEX_BYTES,
     MAX_INDEX_LINE_CHARS,
     IndexSnapshot,
@@ -154,6 +160,11 @@ class AgenticMemoryMiddleware(MiddlewareBase):
         index_max_tokens: token budget of the index in the system prompt.
         hint_max_tokens_per_file: each injected file is cut to this many tokens.
         memory_dirname: the directory name under ``workdir``.
+        full_check_interval: seconds after which a reply walks the whole memory directory
+            even when no directory of it changed, to see files other programs edited in
+            place (default :data:`DEFAULT_FULL_CHECK_INTERVAL`, 30; ``0``: every reply).
+            Files created, removed, renamed or written by this library are seen at the
+            next reply whatever the interval.
         instructions: replaces the default memory instructions (``{memory_dir}`` and
             ``{index_path}`` are filled in).
         retrieval_instructions: replaces the selection instructions (``{max_selected}``).
@@ -174,6 +185,7 @@ class AgenticMemoryMiddleware(MiddlewareBase):
         index_max_tokens: int = 4_000,
         hint_max_tokens_per_file: int = 2_000,
         memory_dirname: str = MEMORY_DIRNAME,
+        full_check_interval: float = DEFAULT_FULL_CHECK_INTERVAL,
         instructions: str | None = None,
         retrieval_instructions: str | None = None,
     ) -> None:
@@ -197,7 +209,21 @@ class AgenticMemoryMiddleware(MiddlewareBase):
         ):
             if value < 1:
                 raise UserError(f"AgenticMemoryMiddleware: {pname} must be at least 1, got {value}")
-        self.store = MemoryStore(str(workdir), backend, memory_dirname=memory_dirname)
+        if (
+            isinstance(full_check_interval, bool)
+            or not isinstance(full_check_interval, int | float)
+            or not full_check_interval >= 0
+        ):
+            raise UserError(
+                "AgenticMemoryMiddleware: full_check_interval must be a number of seconds "
+                f">= 0 (0 walks the memory directory at every reply), got {full_check_interval!r}"
+            )
+        self.store = MemoryStore(
+            str(workdir),
+            backend,
+            memory_dirname=memory_dirname,
+            full_check_interval=full_check_interval,
+        )
         self.backend = backend
         self.retrieval_model = retrieval_model
         self.selection = selection
@@ -293,8 +319,9 @@ class AgenticMemoryMiddleware(MiddlewareBase):
             await self.store.ensure_layout()
         except (MnemoscopeError, OSError) as exc:
             self._report(ctx, f"cannot create {self.index_path}: {exc}")
-        # owned by the store (a cache of the disk), so it completes even if the reply ends
-        st["scan"] = self.store.refresh()
+        # the latest scan when nothing changed (a few stats), else a new one in the
+        # background, owned by the store (a cache of the disk): it outlives the reply
+        st["scan"] = self.store.refresh_if_stale()
         query = ctx.input.get_text_content().strip()
         if self.retrieval and query:
             st["retrieval"] = ctx.spawn(
@@ -344,11 +371,16 @@ class AgenticMemoryMiddleware(MiddlewareBase):
         if name not in _READ_TOOLS and name not in _WRITE_TOOLS:
             return
         filename = self._memory_filename(ctx.reply, ctx.tool_use.input)
+        if filename is not None and name in _WRITE_TOOLS:
+            self.store.note_write()  # whatever the timestamps say, the next check walks
         if filename is None or ctx.result is None or ctx.result.is_error:
             return
         st = ctx.reply.state_for(self)
         st.setdefault("read", set()).add(filename)  # what it read or wrote needs no hint
         if name in _WRITE_TOOLS and filename != INDEX_FILENAME:
+            # walk now, in the background: the next reply's prompt then lists what was
+            # written (an invalid file) instead of the scan from before the write
+            self.store.refresh()
             note = await self._check_written(filename)
             if note:
                 text = ctx.result.output_text()
@@ -422,20 +454,20 @@ class AgenticMemoryMiddleware(MiddlewareBase):
         )
 
     async def _scan_for_prompt(self, ctx: ReplyContext, st: dict[str, Any]) -> ScanResult | None:
-        """This reply's scan if done, else the latest completed one; waits only for the first."""
-        task: asyncio.Task[ScanResult] | None = st.get("scan")
+        """This reply's scan if done, else the latest completed one (``None`` before the
+        first: the prompt never waits for a walk of the directory)."""
+        task: asyncio.Future[ScanResult] | None = st.get("scan")
         if task is not None and task.done() and not task.cancelled() and not task.exception():
             st["scan_stale"] = False
             return task.result()
-        if self.store.last_scan is not None:
-            st["scan_stale"] = task is not None
-            return self.store.last_scan
-        st["scan_stale"] = False
-        try:
-            return await asyncio.shield(task if task is not None else self.store.refresh())
-        except (MnemoscopeError, OSError) as exc:
-            self._report(ctx, f"cannot scan {self.memory_dir}: {exc}")
-            return None
+        if task is None:  # called outside on_reply (a test, a benchmark)
+            st["scan"] = task = self.store.refresh_if_stale()
+            if task.done():
+                st["scan_stale"] = False
+                return task.result()
+        # compared when it is done: the prompt is rebuilt if its invalid files differ
+        st["scan_stale"] = True
+        return self.store.last_scan
 
     async def system_prompt_changed(self, ctx: ReplyContext) -> bool:
         st = ctx.state_for(self)
@@ -445,12 +477,16 @@ class AgenticMemoryMiddleware(MiddlewareBase):
             return False
         if "index_version" not in st:
             return True
-        task: asyncio.Task[ScanResult] | None = st.get("scan")
+        task: asyncio.Future[ScanResult] | None = st.get("scan")
         if st.get("scan_stale") and task is not None and task.done():
             st["scan_stale"] = False  # compared once, when this reply's scan is done
-            if (
-                not task.cancelled()
-                and not task.exception()
+            exc = None if task.cancelled() else task.exception()
+            if isinstance(exc, MnemoscopeError | OSError) and st.get("retrieval") is None:
+                # (with retrieval on, its failure says so)
+                self._report(ctx, f"cannot scan {self.memory_dir}: {exc}")
+            elif (
+                exc is None
+                and not task.cancelled()
                 and task.result().invalid_signature != st.get("invalid_signature")
             ):
                 return True
@@ -465,7 +501,7 @@ class AgenticMemoryMiddleware(MiddlewareBase):
         return await self._select(query, await self.store.scan(), model)
 
     async def _retrieve(
-        self, ctx: ReplyContext, query: str, scan_task: asyncio.Task[ScanResult]
+        self, ctx: ReplyContext, query: str, scan_task: asyncio.Future[ScanResult]
     ) -> RetrievalResult:
         scan = await asyncio.shield(scan_task)
         return await self._select(query, scan, self.retrieval_model or ctx.agent.model)

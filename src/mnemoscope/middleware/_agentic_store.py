@@ -15,6 +15,10 @@ sizes, mtimes) and a read of each changed file only. A scan in which nothing cha
 returns the previous :class:`ScanResult` object, so what is derived from it (valid files,
 the ranker) is reused as is. The store keeps the result of the latest scan that completed
 (:attr:`MemoryStore.last_scan`) and can run scans in the background (:meth:`refresh`).
+Whether one is needed at all is told without looking at any file
+(:meth:`MemoryStore.refresh_if_stale`): by the directories' mtimes, ctimes and inodes, a
+counter of this process's writes, and a full walk at least every ``full_check_interval``
+seconds for files edited in place (see ``_agentic_walk``).
 ``MEMORY.md`` is read again only when its weak version (mtime, size, inode) changes
 (:meth:`MemoryStore.read_index_cached`), and at most :data:`MAX_INDEX_BYTES` of it are read,
 lines cut at :data:`MAX_INDEX_LINE_CHARS` characters (:class:`IndexSnapshot` says what
@@ -36,112 +40,64 @@ same per-directory lock and version checks are exact.
 from __future__ import annotations
 
 import asyncio
-import errno
-import functools
 import itertools
 import os
 import posixpath
-import stat as stat_mod
 import threading
+import time
 from collections import Counter
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mnemoscope.errors import MemoryStoreError, UserError
 from mnemoscope.middleware._agentic_files import (
     INDEX_FILENAME,
     MEMORY_DIRNAME,
+    IndexSnapshot,
     MemoryFile,
+    ScanResult,
     cut_index_text,
     parse_memory_file,
 )
+from mnemoscope.middleware._agentic_paths import (
+    check_confined,
+    confine_local,
+    lexists,
+    not_a_directory,
+    read_inline,
+)
 from mnemoscope.middleware._agentic_ranker import BM25Ranker, RankerDoc, doc_terms
+from mnemoscope.middleware._agentic_walk import (
+    MAX_FILES,
+    MAX_MEMORY_FILE_BYTES,
+    TMP_PREFIX,
+    ChangeMarks,
+    DirMark,
+    ParseCache,
+    RawEntry,
+    bump_generation,
+    generation,
+    is_racy,
+    marks_hold_local,
+    read_prefix,
+    scan_local_compare,
+    unchanged,
+)
+from mnemoscope.middleware._agentic_walk import linked as _linked
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine
+
     from mnemoscope.workspace import BackendBase
 
-MAX_MEMORY_FILE_BYTES = 256 * 1024
-"""Memory files larger than this are reported invalid and not read for retrieval."""
+DEFAULT_FULL_CHECK_INTERVAL = 30.0
+"""Seconds after which :meth:`MemoryStore.refresh_if_stale` walks the whole directory again
+even when no directory changed (to see files edited in place by other programs)."""
 
 MAX_INDEX_BYTES = 256 * 1024
 """At most this many bytes of ``MEMORY.md`` are read (the rest is reported as not shown)."""
 
 MAX_INDEX_LINE_CHARS = 1_000
 """Index lines longer than this are cut (and reported as cut)."""
-
-_TMP_PREFIX = ".mnemoscope-tmp-"
-_MAX_FILES = 200_000
-_MAX_DEPTH = 32
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-
-@dataclass(frozen=True)
-class IndexSnapshot:
-    """``MEMORY.md`` at one moment.
-
-    Attributes:
-        text: its content, bounded: at most :data:`MAX_INDEX_BYTES` bytes (whole lines),
-            each line cut at :data:`MAX_INDEX_LINE_CHARS` characters.
-        cheap_version: the weak version ``mtime_ns:size:i<inode>`` (what
-            :meth:`MemoryStore.index_version` returns).
-        version: the workspace's exact version token (``expected_version`` of a write)
-            when the whole file was read; the weak version otherwise, which no write
-            accepts, so a partly read index is never written back.
-        real_path: the file's real path.
-        size: the file's size in bytes.
-        read_bytes: how many of them ``text`` holds (``size`` when nothing was left out).
-        long_lines: how many lines were cut at :data:`MAX_INDEX_LINE_CHARS` characters.
-    """
-
-    text: str
-    cheap_version: str
-    version: str
-    real_path: str
-    size: int = 0
-    read_bytes: int = 0
-    long_lines: int = 0
-
-    @property
-    def bytes_cut(self) -> bool:
-        """True when the end of the file was not read."""
-        return self.read_bytes < self.size
-
-    @property
-    def complete(self) -> bool:
-        """True when ``text`` is the whole file, unchanged (the model may count it as read)."""
-        return not self.bytes_cut and not self.long_lines
-
-
-@dataclass
-class ScanResult:
-    """Every memory file of the directory (``MEMORY.md`` excluded), sorted by file name."""
-
-    files: list[MemoryFile]
-
-    @functools.cached_property
-    def valid(self) -> list[MemoryFile]:
-        return [f for f in self.files if f.valid]
-
-    @functools.cached_property
-    def invalid(self) -> list[MemoryFile]:
-        return [f for f in self.files if not f.valid]
-
-    @functools.cached_property
-    def invalid_signature(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
-        """File names and errors of the invalid files (what the system prompt lists)."""
-        return tuple((f.filename, tuple(f.errors)) for f in self.invalid)
-
-    @functools.cached_property
-    def valid_by_name(self) -> dict[str, MemoryFile]:
-        return {f.filename: f for f in self.valid}
-
-    def by_name(self) -> dict[str, MemoryFile]:
-        return {f.filename: f for f in self.files}
-
-    @functools.cached_property
-    def signature(self) -> tuple[tuple[str, float | None, int], ...]:
-        return tuple((f.filename, f.mtime, f.size) for f in self.files)
 
 
 class MemoryStore:
@@ -151,6 +107,13 @@ class MemoryStore:
         workdir: the agent's working directory (a path in the backend's file system).
         backend: a workspace backend; ``None`` means the local disk.
         memory_dirname: the directory name under ``workdir``.
+        full_check_interval: seconds after which :meth:`refresh_if_stale` walks the whole
+            directory even when no directory changed (default
+            :data:`DEFAULT_FULL_CHECK_INTERVAL`; ``0``: at every call).
+        clock: the monotonic clock of that interval (``time.monotonic``; tests pass their own).
+
+    Raises:
+        UserError: ``full_check_interval`` is negative or not a number.
     """
 
     def __init__(
@@ -159,7 +122,24 @@ class MemoryStore:
         backend: BackendBase | None = None,
         *,
         memory_dirname: str = MEMORY_DIRNAME,
+        full_check_interval: float = DEFAULT_FULL_CHECK_INTERVAL,
+        clock: Callable[[], float] | None = None,
     ) -> None:
+        if (
+            isinstance(full_check_interval, bool)
+            or not isinstance(full_check_interval, int | float)
+            or not full_check_interval >= 0
+        ):
+            raise UserError(
+                "MemoryStore: full_check_interval must be a number of seconds >= 0 "
+                f"(0 walks the directory at every reply), got {full_check_interval!r}"
+            )
+        self.full_check_interval = float(full_check_interval)
+        self.clock: Callable[[], float] = clock or time.monotonic
+        """The clock of ``full_check_interval`` (replaceable, e.g. by a test's fake clock)."""
+        self.full_scans = 0
+        """How many full scans (walks of the whole directory) this store has started."""
+        self._marks: ChangeMarks | None = None  # what the scan behind last_scan saw
         self.backend = backend
         self._local = backend is None or _is_local_backend(backend)
         if self._local:
@@ -167,7 +147,9 @@ class MemoryStore:
         self.workdir = workdir
         self.memdir = posixpath.join(workdir, memory_dirname)
         self.index_path = posixpath.join(self.memdir, INDEX_FILENAME)
-        self._parsed: dict[str, tuple[int, int, MemoryFile]] = {}
+        # the parse cache and the scan result it describes, replaced together (never
+        # mutated), so a scan running in a worker thread cannot tear them apart
+        self._parsed: tuple[ParseCache, ScanResult | None] = ({}, None)
         self._ranker: tuple[tuple[Any, ...], BM25Ranker] | None = None
         self._ranker_lock = threading.Lock()
         self._terms: dict[str, tuple[float | None, int, Counter[str], int]] = {}
@@ -178,7 +160,6 @@ class MemoryStore:
         self._installed_seq = 0
         self._refreshes: set[asyncio.Task[ScanResult]] = set()
         self._index_cache: IndexSnapshot | None = None
-        self._parsed_scan: ScanResult | None = None
         self._root: str | None = None  # the memory directory's real path, once confined
         self._work_real: str | None = None
 
@@ -213,7 +194,7 @@ class MemoryStore:
         """
         if not self._local:
             raise UserError("MemoryStore.confine_sync: only for the local disk; await confine()")
-        self._work_real, root = _confine_local(self.workdir, self.memdir)
+        self._work_real, root = confine_local(self.workdir, self.memdir)
         self._root = root
         return root
 
@@ -231,7 +212,8 @@ class MemoryStore:
                 directory; the message says where it points and how to fix it.
         """
         if self._local:
-            work_real, root = await asyncio.to_thread(_confine_local, self.workdir, self.memdir)
+            # a few system calls (see _confine_local): a thread hop would cost more
+            work_real, root = confine_local(self.workdir, self.memdir)
         else:
             work_real, root = await self._confine_backend()
         self._work_real, self._root = work_real, root
@@ -252,9 +234,9 @@ class MemoryStore:
         else:
             rel = posixpath.relpath(self.memdir, self.workdir)
             real = posixpath.join(work_real, rel)
-        _check_confined(self.memdir, real, work_real)
+        check_confined(self.memdir, real, work_real)
         if mem.exists and mem.type != "directory":
-            raise MemoryStoreError(_not_a_directory(self.memdir, real))
+            raise MemoryStoreError(not_a_directory(self.memdir, real))
         return work_real, real
 
     async def _root_now(self) -> str:
@@ -271,9 +253,7 @@ class MemoryStore:
         at the index's place (a link there is left for the reads to refuse).
         """
         root = await self._root_now()
-        if self._local and await asyncio.to_thread(
-            os.path.lexists, posixpath.join(root, INDEX_FILENAME)
-        ):
+        if self._local and lexists(posixpath.join(root, INDEX_FILENAME)):
             return False
         if not self._local and self._layout_ready:
             return False
@@ -317,7 +297,9 @@ class MemoryStore:
                 memory directory is not confined.
         """
         try:
-            data, cheap, exact, real = await self._read(INDEX_FILENAME, max_bytes=MAX_INDEX_BYTES)
+            data, cheap, exact, real = await self._read(
+                INDEX_FILENAME, max_bytes=MAX_INDEX_BYTES, inline=True
+            )
         except FileNotFoundError:
             snap = IndexSnapshot("", "absent", _ABSENT, self.index_path)
         except _TooLargeError:
@@ -337,7 +319,9 @@ class MemoryStore:
         nothing (other backends); returns ``(data, size, weak version, real path)``."""
         root = await self._root_now()
         if self._local:
-            data, st = await asyncio.to_thread(_read_prefix, root, INDEX_FILENAME, MAX_INDEX_BYTES)
+            # inline, like the read of a normal index (see _read): bounded, and only when
+            # the index changed
+            data, st = read_prefix(root, INDEX_FILENAME, MAX_INDEX_BYTES)
             weak = f"{st.st_mtime_ns}:{st.st_size}:i{st.st_ino}"
             return data, st.st_size, weak, posixpath.join(root, INDEX_FILENAME)
         from mnemoscope.workspace import WorkspaceError
@@ -416,29 +400,43 @@ class MemoryStore:
 
     async def remove(self, filename: str) -> None:
         root = await self.confine()
-        await self._backend().remove(_below(root, filename), roots=[root])
+        try:
+            await self._backend().remove(_below(root, filename), roots=[root])
+        finally:
+            bump_generation((self.backend_key, root))
+
+    def note_write(self) -> None:
+        """Count a write to the memory directory made in this process by other code (the
+        agent's Write/Edit tools): the next :meth:`refresh_if_stale` walks the directory
+        whatever the timestamps say. The store's own writes count themselves."""
+        if self._root is not None:
+            bump_generation((self.backend_key, self._root))
 
     async def scan(self) -> ScanResult:
         """Every memory file, parsed and validated; unchanged files come from a cache.
 
-        When no file was added, removed or changed since the previous scan, that scan's
+        A full scan: every directory is listed and every file's size and mtime compared
+        (:meth:`refresh_if_stale` is the cheap way to learn whether one is needed). When no
+        file was added, removed or changed since the previous scan, that scan's
         :class:`ScanResult` is returned again. The result becomes :attr:`last_scan`
         unless a scan that started later has completed first.
         """
         seq = next(self._scan_seq)
+        self.full_scans += 1
         root = await self.confine()  # never walk a directory that moved out of the workdir
-        # the parse cache and the scan it describes, taken together (both are replaced,
-        # never mutated, so a concurrent scan cannot change them under this one)
-        cache, base = self._parsed, self._parsed_scan
-        if self._local:  # the comparison runs in the worker thread too
-            raw, same = await asyncio.to_thread(_scan_local_compare, root, cache)
+        started, gen = self.clock(), generation((self.backend_key, root))
+        cache, base = self._parsed
+        dirs: tuple[DirMark, ...] | None
+        if self._local:  # the comparison and the parsing run in the worker thread too
+            result, dirs, racy = await asyncio.to_thread(self._walk_local, root, cache, base)
         else:
-            raw = await self._scan_backend(cache)
-            same = _unchanged(raw, cache)
-        result = base if base is not None and same else self._merge(raw, cache)
+            raw, dirs, racy = await self._scan_backend(cache)
+            same = unchanged(raw, cache)
+            result = base if base is not None and same else self._merge(raw, cache)
         if seq > self._installed_seq:
             self._installed_seq = seq
             self.last_scan = result
+            self._marks = ChangeMarks(root, dirs, racy, started, gen)
         return result
 
     def refresh(self) -> asyncio.Task[ScanResult]:
@@ -448,7 +446,62 @@ class MemoryStore:
         :attr:`last_scan`) even when the reply that started it ends first. Its failure is
         seen by whoever awaits it.
         """
-        task = asyncio.get_running_loop().create_task(self.scan(), name="agentic-memory-scan")
+        return self._own(self.scan())
+
+    def refresh_if_stale(self) -> asyncio.Future[ScanResult]:
+        """:attr:`last_scan` if nothing changed since it was taken, else a :meth:`refresh`.
+
+        "Nothing changed" is decided without looking at any file: no write through this
+        library since (in this process), every directory the scan listed still has the
+        mtime, ctime and inode it had then, none of them had changed just before (see
+        :data:`~mnemoscope.middleware._agentic_walk.RACY_WINDOW_NS`), and the scan is
+        younger than :attr:`full_check_interval`. On the local disk that is one ``lstat``
+        per directory, inline, and the future returned is already done; on other backends
+        one ``stat`` per directory, in the background task returned. So a file another
+        program creates, removes, renames or rewrites by renaming is seen at the next
+        call, and one it edits in place at the first call ``full_check_interval`` after
+        the previous full scan.
+
+        The caller is not told which happened; :attr:`full_scans` counts the walks.
+        """
+        scan, marks = self.last_scan, self._marks
+        if scan is None or marks is None or not self._marks_usable(marks):
+            return self.refresh()
+        if self._local:
+            if not marks_hold_local(marks):
+                return self.refresh()
+            done: asyncio.Future[ScanResult] = asyncio.get_running_loop().create_future()
+            done.set_result(scan)
+            return done
+        return self._own(self._check_backend(scan, marks))
+
+    def _marks_usable(self, marks: ChangeMarks) -> bool:
+        return (
+            marks.dirs is not None
+            and not marks.racy
+            and marks.root == self._root
+            and self.clock() - marks.started < self.full_check_interval
+            and generation((self.backend_key, marks.root)) == marks.generation
+        )
+
+    async def _check_backend(self, scan: ScanResult, marks: ChangeMarks) -> ScanResult:
+        from mnemoscope.workspace import WorkspaceError
+
+        backend = self._backend()
+        for rel, mtime_ns, _, ino in marks.dirs or ():
+            path = _below(marks.root, rel)
+            try:
+                st = await backend.stat(path, roots=[marks.root], hash=False)
+            except WorkspaceError:
+                return await self.scan()  # the scan reports what is wrong
+            moved = (st.mtime_ns, st.ino) != (mtime_ns, ino)
+            if moved or st.path != path or st.type != "directory":
+                return await self.scan()
+        # another scan may have been installed meanwhile: it is at least as new
+        return self.last_scan or scan
+
+    def _own(self, coro: Coroutine[Any, Any, ScanResult]) -> asyncio.Task[ScanResult]:
+        task = asyncio.get_running_loop().create_task(coro, name="agentic-memory-scan")
         self._refreshes.add(task)
         task.add_done_callback(_forget(self._refreshes))
         return task
@@ -459,13 +512,20 @@ class MemoryStore:
         if pending:
             await asyncio.wait(pending)
 
+    def _walk_local(
+        self, root: str, cache: ParseCache, base: ScanResult | None
+    ) -> tuple[ScanResult, tuple[DirMark, ...], bool]:
+        # in a worker thread: parsing thousands of files must not block the event loop
+        raw, same, dirs, racy = scan_local_compare(root, cache)
+        return (base if base is not None and same else self._merge(raw, cache)), dirs, racy
+
     def _merge(
         self,
-        raw: list[tuple[str, int, int, str | None]],
-        cache: dict[str, tuple[int, int, MemoryFile]],
+        raw: list[RawEntry],
+        cache: ParseCache,
     ) -> ScanResult:
         files: list[MemoryFile] = []
-        parsed: dict[str, tuple[int, int, MemoryFile]] = {}
+        parsed: ParseCache = {}
         for rel, mtime_ns, size, text in raw:
             cached = cache.get(rel)
             if text is None and cached is not None and cached[:2] == (mtime_ns, size):
@@ -486,7 +546,7 @@ class MemoryStore:
             files.append(mf)
         files.sort(key=lambda f: f.filename)
         result = ScanResult(files)
-        self._parsed, self._parsed_scan = parsed, result
+        self._parsed = (parsed, result)
         return result
 
     def ranker(self, scan: ScanResult) -> BM25Ranker:
@@ -535,8 +595,8 @@ class MemoryStore:
         root = await self._root_now()
         real = _below(root, posixpath.relpath(path, self.memdir))
         if self._local:
-            try:
-                st = await asyncio.to_thread(os.lstat, real)
+            try:  # one lstat, inline: it runs before every reasoning step
+                st = os.lstat(real)
             except (FileNotFoundError, NotADirectoryError):
                 return _ABSENT
             return f"{st.st_mtime_ns}:{st.st_size}:i{st.st_ino}"
@@ -547,14 +607,25 @@ class MemoryStore:
         except WorkspaceError as exc:
             raise MemoryStoreError(f"cannot stat {path}: {exc.message}") from None
 
-    async def _read(self, rel: str, *, max_bytes: int) -> tuple[bytes, str, str, str]:
-        """Read ``rel`` (below the memory directory) at its real path, refusing links."""
+    async def _read(
+        self, rel: str, *, max_bytes: int, inline: bool = False
+    ) -> tuple[bytes, str, str, str]:
+        """Read ``rel`` (below the memory directory) at its real path, refusing links.
+
+        ``inline`` (local disk only): the same read as the backend's, without the hop to
+        a worker thread. For ``MEMORY.md`` (bounded, read when it changed): the prompt is
+        then built without yielding to the event loop, so a scan started by the same
+        reply does not begin (and compete for the GIL) until the prompt is ready.
+        """
         from mnemoscope.workspace import WorkspaceError
 
         root = await self._root_now()
         path = _below(root, rel)
         try:
-            res = await self._backend().read_file(path, roots=[root], max_bytes=max_bytes)
+            if inline and self._local:
+                res = read_inline(path, root, max_bytes)
+            else:
+                res = await self._backend().read_file(path, roots=[root], max_bytes=max_bytes)
         except FileNotFoundError:
             raise
         except WorkspaceError as exc:
@@ -580,33 +651,48 @@ class MemoryStore:
             raise _ConflictError(exc.message) from None
         except WorkspaceError as exc:
             raise MemoryStoreError(f"cannot write {self.path_of(rel)}: {exc.message}") from None
+        finally:
+            bump_generation((self.backend_key, root))  # after the write: a scan now sees it
         return res.stat.version
 
     async def _scan_backend(
-        self, cache: dict[str, tuple[int, int, MemoryFile]]
-    ) -> list[tuple[str, int, int, str | None]]:
-        """Like :func:`_scan_local` through the backend: ``list`` per directory, reads only
-        of files whose size or mtime changed."""
+        self, cache: ParseCache
+    ) -> tuple[list[RawEntry], tuple[DirMark, ...] | None, bool]:
+        """Like the local walk through the backend: ``list`` per directory, reads only of
+        files whose size or mtime changed. Returns the files, the directories' marks
+        (``None`` when the backend reports no mtimes) and whether one is racy."""
         from mnemoscope.workspace import WorkspaceError
 
         backend = self._backend()
         root = await self._root_now()
-        out: list[tuple[str, int, int, str | None]] = []
-        stack = [""]
-        while stack and len(out) < _MAX_FILES:
-            rel_dir = stack.pop()
+        out: list[RawEntry] = []
+        marks: list[DirMark] = []
+        racy = False
+        try:  # the top directory's mark, taken before its listing (a subdirectory's comes
+            # from its parent's listing, also before its own)
+            top = await backend.stat(root, roots=[root], hash=False)
+        except WorkspaceError as exc:
+            raise MemoryStoreError(f"cannot stat {self.memdir}: {exc.message}") from None
+        usable = top.exists and top.mtime_ns > 0
+        stack = [("", top.mtime_ns, top.ino, time.time_ns())]
+        while stack and len(out) < MAX_FILES:
+            rel_dir, mtime_ns, ino, taken = stack.pop()
+            marks.append((rel_dir.rstrip("/"), mtime_ns, 0, ino))
+            racy = racy or is_racy(mtime_ns, 0, taken)
             try:
                 entries = await backend.list(_below(root, rel_dir), roots=[root])
             except FileNotFoundError:
                 continue
             except WorkspaceError as exc:
                 raise MemoryStoreError(f"cannot list {self.memdir}: {exc.message}") from None
+            listed = time.time_ns()
             for e in entries:
-                if e.name.startswith(".") or e.name.startswith(_TMP_PREFIX):
+                if e.name.startswith(".") or e.name.startswith(TMP_PREFIX):
                     continue
                 rel = rel_dir + e.name
                 if e.type == "directory":
-                    stack.append(rel + "/")
+                    stack.append((rel + "/", e.mtime_ns, e.ino, listed))
+                    usable = usable and e.mtime_ns > 0
                     continue
                 if e.type != "file" or not e.name.endswith(".md") or rel == INDEX_FILENAME:
                     continue
@@ -621,7 +707,7 @@ class MemoryStore:
                 except (FileNotFoundError, MemoryStoreError):
                     continue  # removed, grown or replaced by a link since the listing
                 out.append((rel, e.mtime_ns, e.size, data.decode("utf-8", errors="replace")))
-        return out
+        return out, (tuple(marks) if usable else None), racy
 
 
 _ABSENT = "absent"
@@ -635,98 +721,8 @@ class _TooLargeError(MemoryStoreError):
     pass
 
 
-def _strictly_within(path: str, root: str) -> bool:
-    return path.startswith(root.rstrip("/") + "/")
-
-
 def _below(root: str, rel: str) -> str:
     return posixpath.join(root, rel) if rel else root
-
-
-def _check_confined(memdir: str, real: str, work_real: str) -> None:
-    if not _strictly_within(real, work_real):
-        raise MemoryStoreError(
-            f"the memory directory {memdir} resolves to {real}, which is not inside the "
-            f"workdir {work_real}: a symbolic link there would let the agent read and write "
-            f"outside its workdir. Make {memdir} a real directory inside the workdir "
-            "(remove the link) or choose another workdir."
-        )
-
-
-def _not_a_directory(memdir: str, real: str) -> str:
-    where = "" if real == memdir else f" (it resolves to {real})"
-    return f"the memory directory {memdir} is not a directory{where}; remove it or rename it"
-
-
-def _linked(path: str, real: str) -> str:
-    return (
-        f"{path} is a symbolic link (to {real}) or moved; memory files must be regular files "
-        "in the memory directory, so it is not read. Replace the link with the file itself."
-    )
-
-
-def _confine_local(workdir: str, memdir: str) -> tuple[str, str]:
-    work_real = os.path.realpath(workdir)
-    real = os.path.realpath(memdir)
-    _check_confined(memdir, real, work_real)
-    if os.path.lexists(memdir) and not os.path.isdir(real):
-        raise MemoryStoreError(_not_a_directory(memdir, real))
-    return work_real, real
-
-
-def _open_root(root: str) -> int:
-    """Open the memory directory, checking the descriptor is really ``root`` (no link)."""
-    from mnemoscope.workspace._fsops import FsError, fd_path
-
-    try:
-        fd = os.open(root, _DIR_FLAGS)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise MemoryStoreError(f"{root} became a symbolic link; refused") from None
-        raise
-    try:
-        real = fd_path(fd)
-    except FsError as exc:
-        os.close(fd)
-        raise MemoryStoreError(f"{root}: {exc.message}") from None
-    if real != root:
-        os.close(fd)
-        raise MemoryStoreError(f"{root} now resolves to {real}; refused")
-    return fd
-
-
-def _read_prefix(root: str, rel: str, limit: int) -> tuple[bytes, os.stat_result]:
-    """The first ``limit`` bytes of the regular file ``root/rel`` (no link anywhere below
-    ``root``) and its ``fstat``."""
-    fd = _open_root(root)
-    try:
-        parts = rel.split("/")
-        for part in parts[:-1]:
-            nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = nfd
-        try:
-            ffd = os.open(parts[-1], _FILE_FLAGS, dir_fd=fd)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise MemoryStoreError(_linked(posixpath.join(root, rel), "elsewhere")) from None
-            raise
-    finally:
-        os.close(fd)
-    try:
-        st = os.fstat(ffd)
-        if not stat_mod.S_ISREG(st.st_mode):
-            raise MemoryStoreError(f"{posixpath.join(root, rel)} is not a regular file; refused")
-        chunks, total = [], 0
-        while total < limit:
-            chunk = os.read(ffd, min(1 << 16, limit - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        return b"".join(chunks), st
-    finally:
-        os.close(ffd)
 
 
 def _forget(tasks: set[asyncio.Task[ScanResult]]) -> Any:
@@ -738,120 +734,9 @@ def _forget(tasks: set[asyncio.Task[ScanResult]]) -> Any:
     return done
 
 
-def _unchanged(
-    raw: list[tuple[str, int, int, str | None]], cache: dict[str, tuple[int, int, MemoryFile]]
-) -> bool:
-    """True when ``raw`` lists exactly the cached files, each at its cached mtime and size."""
-    if len(raw) != len(cache):
-        return False
-    for rel, mtime_ns, size, _ in raw:
-        cached = cache.get(rel)
-        if cached is None or cached[0] != mtime_ns or cached[1] != size:
-            return False
-    return True
-
-
 def _is_local_backend(backend: object) -> bool:
     try:
         from mnemoscope.workspace import LocalBackend
     except ImportError:  # pragma: no cover - the workspace layer always ships LocalBackend
         return False
     return type(backend) is LocalBackend
-
-
-def _scan_local_compare(
-    memdir: str, cache: dict[str, tuple[int, int, MemoryFile]]
-) -> tuple[list[tuple[str, int, int, str | None]], bool]:
-    raw = _scan_local(memdir, cache)
-    return raw, _unchanged(raw, cache)
-
-
-def _scan_local(
-    root: str, cache: dict[str, tuple[int, int, MemoryFile]]
-) -> list[tuple[str, int, int, str | None]]:
-    """Walk the memory directory ``root`` (its real path): regular ``*.md`` files only.
-
-    Every directory and file is opened relative to its parent's descriptor with
-    ``O_NOFOLLOW``, and the top one is checked to really be ``root``, so no symbolic link
-    (planted before or during the walk) leads outside it. Dot entries are skipped.
-
-    Returns ``(relative name, mtime_ns, size, text)``; ``text`` is ``None`` when the
-    cached parse is still current (same size and mtime) or the file is too large.
-    """
-    out: list[tuple[str, int, int, str | None]] = []
-    try:
-        top = _open_root(root)
-    except (FileNotFoundError, NotADirectoryError):
-        return out
-    _walk(top, "", cache, out, 0)
-    return out
-
-
-def _walk(
-    dfd: int,
-    rel_dir: str,
-    cache: dict[str, tuple[int, int, MemoryFile]],
-    out: list[tuple[str, int, int, str | None]],
-    depth: int,
-) -> None:
-    """Scan the open directory ``dfd`` (closed here), then its subdirectories one by one
-    (one descriptor per level is open at a time)."""
-    subdirs: list[str] = []
-    try:
-        with os.scandir(dfd) as it:
-            for entry in it:
-                name = entry.name
-                if name.startswith(".") or name.startswith(_TMP_PREFIX):
-                    continue
-                rel = rel_dir + name
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if stat_mod.S_ISDIR(st.st_mode):
-                    subdirs.append(name)
-                    continue
-                if not stat_mod.S_ISREG(st.st_mode) or not name.endswith(".md"):
-                    continue  # links, devices, FIFOs, sockets, other files
-                if rel == INDEX_FILENAME or len(out) >= _MAX_FILES:
-                    continue
-                cached = cache.get(rel)
-                if (cached is not None and cached[:2] == (st.st_mtime_ns, st.st_size)) or (
-                    st.st_size > MAX_MEMORY_FILE_BYTES
-                ):
-                    out.append((rel, st.st_mtime_ns, st.st_size, None))
-                    continue
-                text = _read_entry(dfd, name)
-                if text is not None:
-                    out.append((rel, st.st_mtime_ns, st.st_size, text))
-        if depth >= _MAX_DEPTH:
-            return
-        for name in subdirs:
-            try:
-                sub = os.open(name, _DIR_FLAGS, dir_fd=dfd)
-            except OSError:
-                continue  # replaced by a link or removed since the listing
-            _walk(sub, f"{rel_dir}{name}/", cache, out, depth + 1)
-    finally:
-        os.close(dfd)
-
-
-def _read_entry(dfd: int, name: str) -> str | None:
-    try:
-        fd = os.open(name, _FILE_FLAGS, dir_fd=dfd)
-    except OSError:
-        return None  # replaced by a link or removed since the listing
-    try:
-        if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = b""
-        while len(data) <= MAX_MEMORY_FILE_BYTES:
-            chunk = os.read(fd, MAX_MEMORY_FILE_BYTES + 1 - len(data))
-            if not chunk:
-                break
-            data += chunk
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return data.decode("utf-8", errors="replace")

@@ -23,6 +23,7 @@ import functools
 import hashlib
 import math
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from typing import Any
@@ -41,6 +42,11 @@ _CJK_RANGES = (
     (0xFF00, 0xFFEF),  # fullwidth forms
     (0x20000, 0x2FA1F),
 )
+
+
+_CJK_RE = re.compile("[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES) + "]")
+# whitespace outside ASCII: the loop counts it as one byte, whatever its UTF-8 length
+_WIDE_SPACE_RE = re.compile(r"[^\S\x00-\x7f]")
 
 
 def _is_cjk(ch: str) -> bool:
@@ -65,6 +71,9 @@ def estimate_tokens(text: str) -> int:
         return 0
     if len(text) > HUGE_TEXT_CHARS:
         return fast_estimate_tokens(text)
+    if _CJK_RE.search(text) is None and _WIDE_SPACE_RE.search(text) is None:
+        # the loop below, in C: words are whitespace-separated runs, every byte counts
+        return max(len(text.split()), math.ceil(len(text.encode("utf-8")) / 3.5))
     cjk = 0
     other_bytes = 0
     words = 0
