@@ -18,6 +18,7 @@ PACKAGES = [
     "mnemoscope.middleware",
     "mnemoscope.model",
     "mnemoscope.permission",
+    "mnemoscope.service",
     "mnemoscope.testing",
     "mnemoscope.tool",
     "mnemoscope.workspace",

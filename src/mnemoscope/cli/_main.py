@@ -1,7 +1,8 @@
 """The ``mnemoscope`` command (also ``python -m mnemoscope``).
 
 Subcommands: ``chat`` (talk to a configured model), ``demo`` (offline scripted run),
-``memory`` (inspect agentic Markdown memory), ``ltm`` (inspect a native long-term store).
+``memory`` (inspect agentic Markdown memory), ``ltm`` (inspect a native long-term store),
+``serve`` (run agents as an HTTP service), ``inspect`` (serve the inspector web page).
 
 A user error (a :class:`~mnemoscope.errors.MnemoscopeError`: a bad path, a missing extra,
 a store built with another embedder) prints one line, ``mnemoscope <command>: error:
@@ -66,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     for module, adder in (
         ("mnemoscope.cli._memory", "add_memory_parser"),
         ("mnemoscope.cli._ltm", "add_ltm_parser"),
+        ("mnemoscope.cli._serve", "add_serve_parser"),
+        ("mnemoscope.cli._inspect", "add_inspect_parser"),
     ):
         getattr(importlib.import_module(module), adder)(sub)
     return parser

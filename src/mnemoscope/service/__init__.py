@@ -1,0 +1,69 @@
+"""Agent as a service: many users, many sessions, many processes, on Redis or PostgreSQL.
+
+:func:`create_app` builds an ASGI (FastAPI) app around an agent factory; serve it with
+``mnemoscope serve module:factory`` or any ASGI server. See ``docs/service.md``.
+
+Needs the ``service`` extra (``pip install 'mnemoscope[service]'``), plus ``redis`` or
+``sql`` for the shared stores.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mnemoscope.service._auth import StaticTokens, TokenFile, parse_tokens
+from mnemoscope.service._errors import ServiceStoreError
+from mnemoscope.service._events import (
+    TERMINAL_TYPES,
+    ReplyCancelledEvent,
+    ReplyFailedEvent,
+    ServiceEvent,
+)
+from mnemoscope.service._store import (
+    InMemoryServiceStore,
+    ReplyInfo,
+    ServiceStoreBase,
+    SessionInfo,
+    StoredEvent,
+    store_from_url,
+)
+
+if TYPE_CHECKING:
+    from mnemoscope.service._app import create_app
+    from mnemoscope.service._pg_store import PostgresServiceStore
+    from mnemoscope.service._redis_store import RedisServiceStore
+
+_LAZY = {
+    "create_app": "mnemoscope.service._app",
+    "PostgresServiceStore": "mnemoscope.service._pg_store",
+    "RedisServiceStore": "mnemoscope.service._redis_store",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'mnemoscope.service' has no attribute {name!r}")
+
+
+__all__ = [
+    "TERMINAL_TYPES",
+    "InMemoryServiceStore",
+    "PostgresServiceStore",
+    "RedisServiceStore",
+    "ReplyCancelledEvent",
+    "ReplyFailedEvent",
+    "ReplyInfo",
+    "ServiceEvent",
+    "ServiceStoreBase",
+    "ServiceStoreError",
+    "SessionInfo",
+    "StaticTokens",
+    "StoredEvent",
+    "TokenFile",
+    "create_app",
+    "parse_tokens",
+    "store_from_url",
+]

@@ -1,0 +1,496 @@
+"""The service's shared state on PostgreSQL (asyncpg): any number of processes and machines.
+
+Example::
+
+    app = create_app("myapp:make_agent", store="postgresql://app@db:5432/app", auth=tokens)
+
+Tables (``<p>`` is ``table_prefix``, default ``mnemoscope_svc``), created at start when
+missing (under an advisory lock, so processes starting together do not race):
+
+=====================  =================================================================
+table                  holds
+=====================  =================================================================
+``<p>_sessions``       one row per ``(user_id, session_id)``; the lease: ``lock_token``
+                       (fencing token from the sequence ``<p>_fence``), ``lock_expires``
+                       (database clock, so machines' clocks never matter),
+                       ``running_reply``
+``<p>_replies``        one row per reply: ``status``, ``token``, ``last_seq``, ``cancel``
+``<p>_events``         a reply's events, primary key ``(user_id, session_id, reply_id, seq)``
+=====================  =================================================================
+
+Every statement filters by ``user_id`` and ``session_id``. An append is one statement
+that checks the lease token, inserts the events and moves ``last_seq`` (so it is atomic
+and harmless to repeat), and notifies ``LISTEN <p>_events`` so readers in other
+processes wake at once; readers also poll, so a lost notification only delays them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from mnemoscope._optional import require
+from mnemoscope.errors import UserError
+from mnemoscope.service._errors import ServiceStoreError
+from mnemoscope.service._store import (
+    Acquired,
+    AcquireResult,
+    AppendResult,
+    Busy,
+    NoSession,
+    ReplyInfo,
+    ReplyStatus,
+    ServiceStoreBase,
+    SessionInfo,
+    StoredEvent,
+)
+
+asyncpg = require("asyncpg", extra="sql", feature="PostgresServiceStore")
+
+_DDL = """
+CREATE SEQUENCE IF NOT EXISTS {p}_fence;
+CREATE TABLE IF NOT EXISTS {p}_sessions (
+    user_id text NOT NULL,
+    session_id text NOT NULL,
+    created_at double precision NOT NULL,
+    title text NOT NULL DEFAULT '',
+    lock_token bigint,
+    lock_expires timestamptz,
+    running_reply text,
+    PRIMARY KEY (user_id, session_id)
+);
+CREATE TABLE IF NOT EXISTS {p}_replies (
+    user_id text NOT NULL,
+    session_id text NOT NULL,
+    reply_id text NOT NULL,
+    status text NOT NULL,
+    token bigint NOT NULL,
+    created_at double precision NOT NULL,
+    last_seq integer NOT NULL DEFAULT 0,
+    cancel boolean NOT NULL DEFAULT false,
+    PRIMARY KEY (user_id, session_id, reply_id),
+    FOREIGN KEY (user_id, session_id) REFERENCES {p}_sessions ON DELETE CASCADE
+);
+CREATE TABLE IF NOT EXISTS {p}_events (
+    user_id text NOT NULL,
+    session_id text NOT NULL,
+    reply_id text NOT NULL,
+    seq integer NOT NULL,
+    type text NOT NULL,
+    data text NOT NULL,
+    PRIMARY KEY (user_id, session_id, reply_id, seq),
+    FOREIGN KEY (user_id, session_id, reply_id) REFERENCES {p}_replies ON DELETE CASCADE
+);
+"""
+
+_ACQUIRE = """
+UPDATE {p}_sessions
+SET lock_token = nextval('{p}_fence'),
+    lock_expires = clock_timestamp() + $3 * interval '1 millisecond'
+WHERE user_id = $1 AND session_id = $2
+  AND (lock_token IS NULL OR lock_expires <= clock_timestamp())
+RETURNING lock_token, running_reply
+"""
+
+_RECOVER = """
+WITH r AS (
+    UPDATE {p}_replies SET status = 'failed', last_seq = last_seq + 1
+    WHERE user_id = $1 AND session_id = $2 AND reply_id = $3 AND status = 'running'
+    RETURNING last_seq
+), ins AS (
+    INSERT INTO {p}_events (user_id, session_id, reply_id, seq, type, data)
+    SELECT $1, $2, $3, r.last_seq, 'reply_failed', $4 FROM r
+    RETURNING 1
+), s AS (
+    UPDATE {p}_sessions SET running_reply = NULL
+    WHERE user_id = $1 AND session_id = $2 AND running_reply = $3
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM ins) AS n,
+       (SELECT count(*) FROM (SELECT pg_notify($5, $6) FROM ins) x) AS notified
+"""
+
+_HEARTBEAT = """
+UPDATE {p}_sessions
+SET lock_expires = clock_timestamp() + $4 * interval '1 millisecond'
+WHERE user_id = $1 AND session_id = $2 AND lock_token = $3
+RETURNING COALESCE((SELECT cancel FROM {p}_replies
+                    WHERE user_id = $1 AND session_id = $2 AND reply_id = $5), false)
+"""
+
+_START = """
+WITH s AS (
+    UPDATE {p}_sessions SET running_reply = $3
+    WHERE user_id = $1 AND session_id = $2 AND lock_token = $4
+    RETURNING 1
+)
+INSERT INTO {p}_replies (user_id, session_id, reply_id, status, token, created_at)
+SELECT $1, $2, $3, 'running', $4, $5 FROM s
+RETURNING 1
+"""
+
+_APPEND = """
+WITH r AS (
+    SELECT r.last_seq, r.status, r.cancel
+    FROM {p}_replies r
+    JOIN {p}_sessions s ON s.user_id = r.user_id AND s.session_id = r.session_id
+    WHERE r.user_id = $1 AND r.session_id = $2 AND r.reply_id = $3
+      AND r.token = $4 AND s.lock_token = $4
+    FOR UPDATE OF r
+), ok AS (
+    SELECT 1 AS go FROM r WHERE r.status = 'running' AND r.last_seq = $5::int - 1
+), ins AS (
+    INSERT INTO {p}_events (user_id, session_id, reply_id, seq, type, data)
+    SELECT $1, $2, $3, e.seq, e.type, e.data
+    FROM ok, unnest($6::int[], $7::text[], $8::text[]) AS e(seq, type, data)
+    RETURNING 1
+), upd AS (
+    UPDATE {p}_replies SET last_seq = $9, status = COALESCE($10::text, status)
+    WHERE user_id = $1 AND session_id = $2 AND reply_id = $3 AND EXISTS (SELECT 1 FROM ok)
+    RETURNING 1
+), fin AS (
+    UPDATE {p}_sessions SET running_reply = NULL, lock_token = NULL, lock_expires = NULL
+    WHERE user_id = $1 AND session_id = $2 AND lock_token = $4
+      AND $10::text IS NOT NULL AND EXISTS (SELECT 1 FROM ok)
+    RETURNING 1
+)
+SELECT r.last_seq, r.cancel, EXISTS (SELECT 1 FROM ok) AS wrote,
+       (SELECT count(*) FROM (SELECT pg_notify($11, $12) FROM ok) x) AS notified
+FROM r
+"""
+
+_CANCEL = """
+UPDATE {p}_replies SET cancel = (status = 'running')
+WHERE user_id = $1 AND session_id = $2 AND reply_id = $3
+RETURNING reply_id, status, created_at, last_seq, cancel
+"""
+
+_RETRYABLE: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.CannotConnectNowError,
+)
+
+
+class PostgresServiceStore(ServiceStoreBase):
+    """Sessions, reply logs and fenced session leases in PostgreSQL (see module docstring).
+
+    Args:
+        url: ``postgresql://user:pass@host:5432/db`` (``postgres://`` and SQLAlchemy's
+            ``postgresql+asyncpg://`` are accepted).
+        table_prefix: tables are ``<prefix>_sessions``, ``<prefix>_replies``, ``<prefix>_events``.
+        pool_size: most connections this process opens (plus one for ``LISTEN``).
+    """
+
+    def __init__(self, url: str, *, table_prefix: str = "mnemoscope_svc", pool_size: int = 20):
+        if not table_prefix.isidentifier():
+            raise UserError(
+                f"PostgresServiceStore: table_prefix must be an identifier, got {table_prefix!r}"
+            )
+        scheme, rest = url.split("://", 1)
+        if scheme not in ("postgresql", "postgres", "postgresql+asyncpg"):
+            raise UserError(f"PostgresServiceStore needs a postgresql:// URL, got {scheme}://")
+        self.url = url
+        self.dsn = "postgresql://" + rest
+        self.table_prefix = table_prefix
+        self.pool_size = pool_size
+        self.channel = f"{table_prefix}_events"
+        self._pool: Any = None
+        self._listener: Any = None
+        self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._sql = {
+            name: sql.format(p=table_prefix)
+            for name, sql in {
+                "acquire": _ACQUIRE,
+                "recover": _RECOVER,
+                "heartbeat": _HEARTBEAT,
+                "start": _START,
+                "append": _APPEND,
+                "cancel": _CANCEL,
+            }.items()
+        }
+
+    # ------------------------------------------------------------------ plumbing
+    @property
+    def url_safe(self) -> str:
+        head, _, tail = self.dsn.rpartition("@")
+        return f"postgresql://***@{tail}" if head else self.dsn
+
+    async def open(self) -> None:
+        if self._pool is not None:
+            return
+        try:
+            self._pool = await asyncpg.create_pool(
+                self.dsn, min_size=1, max_size=self.pool_size, command_timeout=30
+            )
+            async with self._pool.acquire() as conn, conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", self.channel)
+                await conn.execute(_DDL.format(p=self.table_prefix))
+        except (*_RETRYABLE, asyncpg.PostgresError) as exc:
+            raise ServiceStoreError(f"PostgreSQL at {self.url_safe}: cannot open: {exc}") from exc
+        await self._listen()
+
+    async def _listen(self) -> None:
+        try:
+            self._listener = await asyncpg.connect(self.dsn)
+            await self._listener.add_listener(self.channel, self._notified)
+        except (*_RETRYABLE, asyncpg.PostgresError):
+            self._listener = None  # readers poll until it is back
+
+    def _notified(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        for ev in self._waiters.get(payload, ()):
+            ev.set()
+
+    async def aclose(self) -> None:
+        if self._listener is not None:
+            self._listener.terminate()
+            self._listener = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    async def _do(self, what: str, op: Any, *, retry: bool = True) -> Any:
+        if self._pool is None:
+            await self.open()
+        for attempt in (1, 2):
+            try:
+                async with self._pool.acquire() as conn:
+                    return await op(conn)
+            except _RETRYABLE as exc:
+                if attempt == 2 or not retry:
+                    raise ServiceStoreError(
+                        f"PostgreSQL at {self.url_safe} failed to {what}: {exc}"
+                    ) from exc
+            except asyncpg.PostgresError as exc:
+                raise ServiceStoreError(
+                    f"PostgreSQL at {self.url_safe} failed to {what}: {exc}"
+                ) from exc
+        raise AssertionError("unreachable")
+
+    def _t(self, name: str) -> str:
+        return f"{self.table_prefix}_{name}"
+
+    async def ping(self) -> None:
+        await self._do("answer SELECT 1", lambda c: c.fetchval("SELECT 1"))
+
+    # ------------------------------------------------------------------ sessions
+    async def create_session(self, user_id: str, session_id: str, title: str) -> SessionInfo | None:
+        now = time.time()
+        sql = (
+            f"INSERT INTO {self._t('sessions')} (user_id, session_id, created_at, title) "
+            "VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING 1"
+        )
+        done = await self._do(
+            "create a session", lambda c: c.fetchval(sql, user_id, session_id, now, title)
+        )
+        return SessionInfo(user_id, session_id, now, title) if done else None
+
+    async def list_sessions(self, user_id: str) -> list[SessionInfo]:
+        sql = (
+            f"SELECT session_id, created_at, title FROM {self._t('sessions')} "
+            "WHERE user_id = $1 ORDER BY created_at, session_id"
+        )
+        rows = await self._do("list sessions", lambda c: c.fetch(sql, user_id))
+        return [SessionInfo(user_id, r[0], r[1], r[2]) for r in rows]
+
+    async def get_session(self, user_id: str, session_id: str) -> SessionInfo | None:
+        sql = (
+            f"SELECT created_at, title FROM {self._t('sessions')} "
+            "WHERE user_id = $1 AND session_id = $2"
+        )
+        row = await self._do("read a session", lambda c: c.fetchrow(sql, user_id, session_id))
+        return SessionInfo(user_id, session_id, row[0], row[1]) if row else None
+
+    async def delete_session(self, user_id: str, session_id: str, token: int) -> bool:
+        sql = (
+            f"DELETE FROM {self._t('sessions')} "
+            "WHERE user_id = $1 AND session_id = $2 AND lock_token = $3 RETURNING 1"
+        )
+        done = await self._do(
+            "delete a session", lambda c: c.fetchval(sql, user_id, session_id, token)
+        )
+        return bool(done)
+
+    # ---------------------------------------------------------------------- lock
+    async def acquire(
+        self,
+        user_id: str,
+        session_id: str,
+        ttl: float,
+        failed_event: str,
+        reply_id: str | None = None,
+    ) -> AcquireResult:
+        ms = max(1, int(ttl * 1000))
+
+        async def op(conn: Any) -> AcquireResult:
+            async with conn.transaction():
+                row = await conn.fetchrow(self._sql["acquire"], user_id, session_id, ms)
+                if row is None:
+                    held = await conn.fetchrow(
+                        f"SELECT running_reply FROM {self._t('sessions')} "
+                        "WHERE user_id = $1 AND session_id = $2",
+                        user_id,
+                        session_id,
+                    )
+                    return NoSession() if held is None else Busy(held[0])
+                token, running = int(row[0]), row[1]
+                if running is not None:
+                    await conn.fetchrow(
+                        self._sql["recover"],
+                        user_id,
+                        session_id,
+                        running,
+                        failed_event,
+                        self.channel,
+                        _key(user_id, session_id, running),
+                    )
+                if reply_id is not None:
+                    await conn.fetchval(
+                        self._sql["start"], user_id, session_id, reply_id, token, time.time()
+                    )
+                return Acquired(token, running)
+
+        # not repeated: a retry after a lost answer would find our own lease and say busy
+        result: AcquireResult = await self._do("take a session lock", op, retry=False)
+        return result
+
+    async def heartbeat(
+        self, user_id: str, session_id: str, token: int, ttl: float, reply_id: str | None
+    ) -> AppendResult:
+        ms = max(1, int(ttl * 1000))
+        row = await self._do(
+            "renew a session lock",
+            lambda c: c.fetchrow(
+                self._sql["heartbeat"], user_id, session_id, token, ms, reply_id or ""
+            ),
+        )
+        if row is None:
+            return AppendResult(fenced=True)
+        return AppendResult(cancel_requested=bool(row[0]))
+
+    async def release(self, user_id: str, session_id: str, token: int) -> None:
+        sql = (
+            f"UPDATE {self._t('sessions')} SET lock_token = NULL, lock_expires = NULL "
+            "WHERE user_id = $1 AND session_id = $2 AND lock_token = $3"
+        )
+        await self._do(
+            "release a session lock", lambda c: c.execute(sql, user_id, session_id, token)
+        )
+
+    async def lock_token(self, user_id: str, session_id: str) -> int | None:
+        sql = (
+            f"SELECT lock_token FROM {self._t('sessions')} WHERE user_id = $1 AND session_id = $2 "
+            "AND lock_token IS NOT NULL AND lock_expires > clock_timestamp()"
+        )
+        value = await self._do(
+            "read a session lock", lambda c: c.fetchval(sql, user_id, session_id)
+        )
+        return int(value) if value is not None else None
+
+    # -------------------------------------------------------------------- replies
+    async def start_reply(self, user_id: str, session_id: str, reply_id: str, token: int) -> bool:
+        now = time.time()
+        done = await self._do(
+            "start a reply",
+            lambda c: c.fetchval(self._sql["start"], user_id, session_id, reply_id, token, now),
+        )
+        return bool(done)
+
+    async def append(
+        self,
+        user_id: str,
+        session_id: str,
+        reply_id: str,
+        token: int,
+        events: list[StoredEvent],
+        final_status: ReplyStatus | None = None,
+    ) -> AppendResult:
+        args = (
+            user_id,
+            session_id,
+            reply_id,
+            token,
+            events[0].seq,
+            [e.seq for e in events],
+            [e.type for e in events],
+            [e.data for e in events],
+            events[-1].seq,
+            final_status,
+            self.channel,
+            _key(user_id, session_id, reply_id),
+        )
+        row = await self._do(
+            "append reply events", lambda c: c.fetchrow(self._sql["append"], *args)
+        )
+        if row is None:
+            return AppendResult(fenced=True)
+        last_seq, cancel, wrote = row[0], row[1], row[2]
+        if not wrote and events[-1].seq > last_seq:
+            return AppendResult(fenced=True)
+        return AppendResult(cancel_requested=bool(cancel))
+
+    async def request_cancel(
+        self, user_id: str, session_id: str, reply_id: str
+    ) -> ReplyInfo | None:
+        row = await self._do(
+            "cancel a reply",
+            lambda c: c.fetchrow(self._sql["cancel"], user_id, session_id, reply_id),
+        )
+        return ReplyInfo(row[0], row[1], row[2], row[3], row[4]) if row else None
+
+    async def get_reply(self, user_id: str, session_id: str, reply_id: str) -> ReplyInfo | None:
+        sql = (
+            f"SELECT reply_id, status, created_at, last_seq, cancel FROM {self._t('replies')} "
+            "WHERE user_id = $1 AND session_id = $2 AND reply_id = $3"
+        )
+        row = await self._do(
+            "read a reply", lambda c: c.fetchrow(sql, user_id, session_id, reply_id)
+        )
+        return ReplyInfo(row[0], row[1], row[2], row[3], row[4]) if row else None
+
+    async def list_replies(self, user_id: str, session_id: str) -> list[ReplyInfo]:
+        sql = (
+            f"SELECT reply_id, status, created_at, last_seq, cancel FROM {self._t('replies')} "
+            "WHERE user_id = $1 AND session_id = $2 ORDER BY created_at, reply_id"
+        )
+        rows = await self._do("list replies", lambda c: c.fetch(sql, user_id, session_id))
+        return [ReplyInfo(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+
+    async def read_events(
+        self, user_id: str, session_id: str, reply_id: str, after: int, wait: float
+    ) -> list[StoredEvent]:
+        sql = (
+            f"SELECT seq, type, data FROM {self._t('events')} "
+            "WHERE user_id = $1 AND session_id = $2 AND reply_id = $3 AND seq > $4 ORDER BY seq"
+        )
+        key = _key(user_id, session_id, reply_id)
+        woken = asyncio.Event()
+        if wait > 0:  # registered before the read, so a notification in between is not lost
+            self._waiters.setdefault(key, set()).add(woken)
+        try:
+            rows = await self._do(
+                "read reply events", lambda c: c.fetch(sql, user_id, session_id, reply_id, after)
+            )
+            if not rows and wait > 0:
+                try:
+                    await asyncio.wait_for(woken.wait(), wait)
+                except TimeoutError:
+                    return []
+                rows = await self._do(
+                    "read reply events",
+                    lambda c: c.fetch(sql, user_id, session_id, reply_id, after),
+                )
+        finally:
+            waiters = self._waiters.get(key)
+            if waiters is not None:
+                waiters.discard(woken)
+                if not waiters:
+                    del self._waiters[key]
+        return [StoredEvent(r[0], r[1], r[2]) for r in rows]
+
+
+def _key(user_id: str, session_id: str, reply_id: str) -> str:
+    return json.dumps([user_id, session_id, reply_id])
