@@ -31,7 +31,8 @@ def test_agent_overhead_prints_mnemoscope_rows(tmp_path: Path) -> None:
     header = next(line for line in lines if line.startswith("| scenario |"))
     assert "mnemoscope median µs" in header
     assert "AS2" not in header  # --skip-agentscope: no AgentScope columns
-    rows = [line for line in lines if line.startswith("| ") and line != header]
+    first = lines[lines.index(header) + 2 :]  # the overhead table, up to its first blank line
+    rows = [line for line in first[: first.index("")] if line.startswith("| ")]
     labels = [row.split("|")[1].strip() for row in rows]
     for expected in (
         "0 tools",
@@ -45,3 +46,6 @@ def test_agent_overhead_prints_mnemoscope_rows(tmp_path: Path) -> None:
         median = row.split("|")[4].strip()
         assert float(median) > 0, row
     assert '"tools5_sequential+mw"' in out_json.read_text()
+    sleeping = next(i for i, line in enumerate(lines) if "Tools that take time" in line)
+    sleep_rows = [line for line in lines[sleeping + 4 :] if line.startswith("| ")]
+    assert sleep_rows and all(row.split("|")[-2].strip().endswith("x") for row in sleep_rows)
