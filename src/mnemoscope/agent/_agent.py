@@ -22,12 +22,21 @@ from functools import partial
 
 from mnemoscope.agent._acting import act_step, acting_core
 from mnemoscope.agent._chain import compose
+from mnemoscope.agent._context_engine import ContextEngine
 from mnemoscope.agent._reasoning import model_call_core, reasoning_core
 from mnemoscope.agent._state import AgentState
-from mnemoscope.context import ContextBuilder
+from mnemoscope.context import ContextBuilder, ContextPolicy
 from mnemoscope.errors import UserError
 from mnemoscope.memory import InMemoryMemory, MemoryBase
-from mnemoscope.message import AssistantMsg, Msg, TextBlock, ToolResultBlock, UserMsg, as_msg
+from mnemoscope.message import (
+    AssistantMsg,
+    Msg,
+    TextBlock,
+    ToolResultBlock,
+    UserMsg,
+    as_msg,
+    new_id,
+)
 from mnemoscope.middleware import (
     AgentEvent,
     MiddlewareBase,
@@ -44,7 +53,8 @@ TOOL_RESULT_MARK = "tool_result"
 FULL_OUTPUTS_KEY = "full_outputs"
 """Metadata key of a tool-result message holding outputs cut before they reached the model:
 ``{"<position of the result in the message>": full text}`` (stored, never sent)."""
-HISTORY_EXCLUDED_MARKS = ("hint",)
+READ_OUTPUT_TOOL = "read_tool_output"
+HISTORY_EXCLUDED_MARKS = ("hint", "compressed")
 """Marks of stored messages not shown again in later replies (one-off injections)."""
 
 
@@ -69,6 +79,10 @@ class Agent:
             reply (``None``: the whole session). Bounds the read from a large session
             store; the token budget then decides what of it the model sees.
         user_name: name given to string inputs turned into user messages.
+        context_policy: the whole context policy (window, answer reserve, compaction,
+            budgets per part, tool-result cap, summariser); see
+            :class:`~mnemoscope.context.ContextPolicy`. ``max_context_tokens=N`` is
+            ``ContextPolicy(window_tokens=N)``; give one or the other.
     """
 
     def __init__(
@@ -83,6 +97,7 @@ class Agent:
         max_context_tokens: int | None = None,
         max_history_messages: int | None = None,
         user_name: str = "user",
+        context_policy: ContextPolicy | None = None,
     ) -> None:
         if not isinstance(model, ChatModelBase):
             raise UserError(f"model must be a ChatModelBase, got {type(model).__name__}")
@@ -101,7 +116,18 @@ class Agent:
         self.max_iters = max_iters
         self.max_history_messages = max_history_messages
         self.user_name = user_name
-        self.context_builder = ContextBuilder(max_context_tokens, model.count_tokens)
+        if context_policy is not None and max_context_tokens is not None:
+            raise UserError(
+                "give either max_context_tokens or context_policy, not both: "
+                "max_context_tokens=N is context_policy=ContextPolicy(window_tokens=N)"
+            )
+        if context_policy is not None and not isinstance(context_policy, ContextPolicy):
+            raise UserError(
+                f"context_policy must be a ContextPolicy, got {type(context_policy).__name__}"
+            )
+        self.context_policy = context_policy or ContextPolicy.from_max_tokens(max_context_tokens)
+        self.context_builder = ContextBuilder(self.context_policy.input_tokens, model.count_tokens)
+        self.context = ContextEngine(self, self.context_policy)
         self.state = AgentState()
         for mw in self.middlewares:
             if not isinstance(mw, MiddlewareBase):
@@ -115,6 +141,9 @@ class Agent:
         self._acting_chain = compose("on_acting", self.middlewares, partial(acting_core, self))
         self._model_call_chain = compose(
             "on_model_call", self.middlewares, partial(model_call_core, self)
+        )
+        self._compress_chain = compose(
+            "on_compress_context", self.middlewares, self.context.compress_core
         )
         self._prompt_mws = [m for m in self.middlewares if m.overrides("on_system_prompt")]
         self._prompt_watchers = [
@@ -158,9 +187,8 @@ class Agent:
 
     # ------------------------------------------------------------------- loop
     async def _reply_core(self, ctx: ReplyContext) -> AsyncIterator[AgentEvent]:
-        ctx.history = await self.memory.get(
-            last_n=self.max_history_messages, exclude_marks=list(HISTORY_EXCLUDED_MARKS)
-        )
+        async for event in self.context.load(ctx):
+            yield event
         await self.memory.add(ctx.input)
         for iteration in range(1, self.max_iters + 1):
             yield ReasoningStartEvent(reply_id=ctx.reply_id, iteration=iteration)
@@ -175,13 +203,20 @@ class Agent:
                 await self.memory.add(step)
                 ctx.result = step
                 ctx.exit_reason = "done"
+                self.context.after_reply()
                 return
             results: list[ToolResultBlock] = []
             full_outputs: dict[str, str] = {}
             async for event in act_step(self, ctx, tool_uses, results, full_outputs):
                 yield event
+            result_id = new_id()
+            if full_outputs:
+                results = self._point_to_full_outputs(result_id, results, full_outputs)
             result_msg = UserMsg(
-                "tool", results, metadata={FULL_OUTPUTS_KEY: full_outputs} if full_outputs else {}
+                "tool",
+                results,
+                id=result_id,
+                metadata={FULL_OUTPUTS_KEY: full_outputs} if full_outputs else {},
             )
             ctx.transcript += [step, result_msg]
             # the tool use and its results are stored together, in one atomic batch
@@ -191,15 +226,45 @@ class Agent:
         ctx.result = self._max_iters_reply(ctx)
         ctx.transcript.append(ctx.result)
         await self.memory.add(ctx.result)
+        self.context.after_reply()
+
+    def _point_to_full_outputs(
+        self, msg_id: str, results: list[ToolResultBlock], full_outputs: dict[str, str]
+    ) -> list[ToolResultBlock]:
+        """Tell the model where the whole text of a cut result is (when it can read it)."""
+        if READ_OUTPUT_TOOL not in self.toolkit:
+            return results
+        out = list(results)
+        for key, full in full_outputs.items():
+            i = int(key)
+            note = (
+                f"\n[The whole output ({len(full):,} characters) is stored: read any part "
+                f"with {READ_OUTPUT_TOOL}(message_id={msg_id!r}, index={i}, offset=0, "
+                "length=4000)]"
+            )
+            block = out[i]
+            if isinstance(block.output, str):
+                out[i] = block.model_copy(update={"output": block.output + note})
+            else:
+                out[i] = block.model_copy(update={"output": [*block.output, TextBlock(text=note)]})
+        return out
+
+    async def wait_for_compaction(self, wait_seconds: float | None = None) -> bool:
+        """Wait for a background compaction (at most ``wait_seconds``); True once none runs."""
+        return await self.context.wait_background(wait_seconds)
 
     def _output_chars(self, n_results: int) -> int | None:
         """Characters one result of a step may send, from the context budget."""
+        policy = self.context_policy
         budget = self.context_builder.max_tokens
         if budget is None:
-            return None
+            return policy.tool_result_chars
         # a step's results share a quarter of the budget, at ~2 characters a token (the
         # estimate's rate for Latin text is 3.5; CJK text spends more tokens a character)
-        return budget // 4 * 2 // max(n_results, 1)
+        chars = int(budget * policy.tool_results_share) * 2 // max(n_results, 1)
+        if policy.tool_result_chars is not None:
+            chars = min(chars, policy.tool_result_chars)
+        return chars
 
     def _max_iters_reply(self, ctx: ReplyContext) -> Msg:
         last_text = next(

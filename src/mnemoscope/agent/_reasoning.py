@@ -31,13 +31,9 @@ async def reasoning_core(agent: Agent, ctx: ReasoningContext) -> AsyncIterator[A
         await agent.memory.add(hint_msg, marks=HINT_MARK)
         for hint in hints:
             yield HintInjectedEvent(reply_id=reply.reply_id, hint=hint)
-    built = agent.context_builder.build(
-        system_prompt=reply.system_prompt or "",
-        history=reply.history,
-        current=reply.input,
-        injected=reply.injected,
-        transcript=reply.transcript,
-    )
+    built, context_event = agent.context.build(reply, ctx.iteration)
+    if context_event is not None:  # a budgeted agent reports its context's composition
+        yield context_event
     mctx = ModelCallContext(reply=reply, messages=built.messages, tools=agent.toolkit.schemas())
     async for event in agent._model_call_chain(mctx):
         yield event

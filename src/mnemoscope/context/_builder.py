@@ -20,7 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
 
+from mnemoscope.context._policy import PinBudgetError
+from mnemoscope.context._recall import RecallIndex, render_recalled, render_turn, searchable_text
 from mnemoscope.message import HintBlock, Msg, SystemMsg, ToolResultBlock, ToolUseBlock, UserMsg
 from mnemoscope.model._tokens import HUGE_TEXT_CHARS, count_tokens, fast_estimate_tokens
 from mnemoscope.model._tokens import TokenCounter as TokenCounterLike
@@ -38,6 +42,29 @@ class BuiltContext:
     """Tokens of the input, or -1 when no budget was set (nothing was counted)."""
     dropped: list[Msg] = field(default_factory=list)
     dropped_tokens: int = 0
+    parts: dict[str, int] = field(default_factory=dict)
+    """Tokens per part: ``system``, ``summary``, ``pinned``, ``history``, ``recalled``,
+    ``injected``, ``current``, ``transcript``, ``notice`` (empty with no budget)."""
+    kept_ids: list[str] = field(default_factory=list)
+    recalled_ids: list[str] = field(default_factory=list)
+    pinned_ids: list[str] = field(default_factory=list)
+    offloaded_ids: list[str] = field(default_factory=list)
+    """History messages whose tool results were shown as stubs."""
+
+
+@dataclass
+class BuildOptions:
+    """What the agent's context policy adds to a plain budgeted build."""
+
+    summary: Msg | None = None
+    pinned: frozenset[str] = frozenset()
+    pin_tokens: int | None = None
+    recall_pool: Sequence[Msg] = ()
+    recall_tokens: int = 0
+    recall_query: str = ""
+    notice_how: str | None = None
+    clear_tool_results_after: int | None = None
+    clear_exclude_tools: frozenset[str] = frozenset()
 
 
 class ContextBuilder:
@@ -55,6 +82,9 @@ class ContextBuilder:
         self._count = token_counter or count_tokens
         self._cache: dict[str, int] = {}
         self._last_prompt: tuple[str | None, int] = (None, 0)
+        self._recall = RecallIndex()
+        self._prepared_cache: tuple[Any, tuple[list[Msg], list[str], list[list[Msg]]]] | None = None
+        self._notice_cache: dict[str | None, int] = {}
 
     def msg_tokens(self, msg: Msg) -> int:
         """Tokens of one message (cached by id: stored messages do not change)."""
@@ -90,40 +120,166 @@ class ContextBuilder:
         current: Msg,
         injected: Sequence[Msg] = (),
         transcript: Sequence[Msg] = (),
+        options: BuildOptions | None = None,
     ) -> BuiltContext:
+        opts = options or BuildOptions()
         system = SystemMsg(system_prompt)
+        prefix: list[Msg] = [system]
+        if opts.summary is not None:
+            prefix.append(opts.summary)
         fixed = [*injected, current, *transcript]
+        clean, offloaded, groups = self._prepared(history, opts)
         if self.max_tokens is None:
             # no budget: nothing to count, nothing to drop
-            clean = sanitize_history(history)
-            return BuiltContext([system, *clean, *fixed], tokens=-1)
-        fixed_tokens = (
-            PER_MESSAGE_OVERHEAD
-            + self._prompt_tokens(system_prompt)
-            + sum(self.msg_tokens(m) for m in fixed)
+            return BuiltContext(
+                [*prefix, *clean, *fixed],
+                tokens=-1,
+                kept_ids=[m.id for m in clean],
+                offloaded_ids=offloaded,
+            )
+        parts = {
+            "system": PER_MESSAGE_OVERHEAD + self._prompt_tokens(system_prompt),
+            "summary": self.msg_tokens(opts.summary) if opts.summary is not None else 0,
+            "injected": sum(self.msg_tokens(m) for m in injected),
+            "current": self.msg_tokens(current),
+            "transcript": sum(self.msg_tokens(m) for m in transcript),
+        }
+        fixed_tokens = sum(parts.values())
+        pinned_groups = (
+            {i for i, g in enumerate(groups) if any(m.id in opts.pinned for m in g)}
+            if opts.pinned
+            else set()
         )
-        groups = _group(sanitize_history(history))
-        kept: list[list[Msg]] = []
+        pin_cost = sum(self.msg_tokens(m) for i in pinned_groups for m in groups[i])
+        if opts.pin_tokens is not None and pin_cost > opts.pin_tokens:
+            raise PinBudgetError(
+                f"pinned messages need about {pin_cost} tokens, over the pin budget "
+                f"ContextPolicy.pin_tokens={opts.pin_tokens}; unpin some (memory."
+                f"update_marks(ids, remove='pinned')) or raise pin_tokens"
+            )
+        parts["pinned"] = pin_cost
+        budget = self.max_tokens - fixed_tokens - pin_cost - opts.recall_tokens
+        costs = [sum(self.msg_tokens(m) for m in g) for g in groups]
+        if sum(costs) - pin_cost > budget:
+            budget -= self._notice_reserve(opts.notice_how)  # the notice fits the budget too
+        keep = set(pinned_groups)
         dropped: list[Msg] = []
-        budget = None if self.max_tokens is None else self.max_tokens - fixed_tokens
         used = 0
-        for group in reversed(groups):
-            cost = sum(self.msg_tokens(m) for m in group)
-            if budget is not None and (dropped or used + cost > budget):
-                dropped.extend(reversed(group))  # reversed again below: oldest first
+        cut = False
+        for i in range(len(groups) - 1, -1, -1):
+            if i in pinned_groups:
                 continue
-            kept.append(group)
+            cost = costs[i]
+            if cut or used + cost > budget:
+                cut = True
+                dropped.extend(reversed(groups[i]))
+                continue
+            keep.add(i)
             used += cost
-        kept.reverse()
-        messages: list[Msg] = [system]
+        dropped.reverse()
+        parts["history"] = used
+        # automatic recall: the dropped and compacted turns most relevant to the message
+        recalled: list[Msg] = []
+        recall_msg: Msg | None = None
+        parts["recalled"] = 0
+        if opts.recall_tokens > 0 and (dropped or opts.recall_pool):
+            recall_msg, recalled, parts["recalled"] = self._recall_hint(
+                opts, [*opts.recall_pool, *dropped], current
+            )
+        messages: list[Msg] = list(prefix)
         dropped_tokens = sum(self.msg_tokens(m) for m in dropped)
+        parts["notice"] = 0
         if dropped:
-            dropped.reverse()
-            messages.append(omission_notice(dropped, dropped_tokens))
-        for group in kept:
-            messages.extend(group)
+            notice = omission_notice(dropped, dropped_tokens, how=opts.notice_how)
+            parts["notice"] = self.msg_tokens(notice)
+            messages.append(notice)
+        kept_ids: list[str] = []
+        for i, group in enumerate(groups):
+            if i in keep:
+                messages.extend(group)
+                kept_ids.extend(m.id for m in group)
+        if recall_msg is not None:
+            messages.append(recall_msg)
         messages.extend(fixed)
-        return BuiltContext(messages, fixed_tokens + used, dropped, dropped_tokens)
+        kept = set(kept_ids)
+        return BuiltContext(
+            messages,
+            sum(parts.values()),
+            dropped,
+            dropped_tokens,
+            parts=parts,
+            kept_ids=kept_ids,
+            recalled_ids=[m.id for m in recalled],
+            pinned_ids=[m.id for i in sorted(pinned_groups) for m in groups[i]],
+            offloaded_ids=[i for i in offloaded if i in kept],
+        )
+
+    def _recall_line_tokens(self, msg: Msg) -> int:
+        key = "recall:" + msg.id
+        cached = self._cache.get(key)
+        if cached is None:
+            cached = self.text_tokens(render_turn(msg, short_ids=True))
+            self._cache[key] = cached
+        return cached
+
+    def _prepared(
+        self, history: Sequence[Msg], opts: BuildOptions
+    ) -> tuple[list[Msg], list[str], list[list[Msg]]]:
+        """Sanitised history, stubbed ids and groups; cached while history is the same
+        (every model call of a reply, and replies that add nothing in between)."""
+        key = (
+            tuple(m.id for m in history),
+            opts.clear_tool_results_after,
+            opts.clear_exclude_tools,
+        )
+        if self._prepared_cache is not None and self._prepared_cache[0] == key:
+            return self._prepared_cache[1]
+        clean = sanitize_history(history)
+        offloaded: list[str] = []
+        if opts.clear_tool_results_after is not None:
+            clean, offloaded = clear_old_results(
+                clean, opts.clear_tool_results_after, opts.clear_exclude_tools
+            )
+        prepared = (clean, offloaded, group_history(clean))
+        self._prepared_cache = (key, prepared)
+        return prepared
+
+    def _notice_reserve(self, how: str | None) -> int:
+        cached = self._notice_cache.get(how)
+        if cached is not None:
+            return cached
+        sample = UserMsg(
+            "context", [HintBlock(hint=_notice_text(99_999, 9_999_999, _EPOCH, _EPOCH, how))]
+        )
+        cached = PER_MESSAGE_OVERHEAD + self.text_tokens(render_for_count(sample))
+        self._notice_cache[how] = cached
+        return cached
+
+    def _recall_hint(
+        self, opts: BuildOptions, pool: Sequence[Msg], current: Msg
+    ) -> tuple[Msg | None, list[Msg], int]:
+        query = opts.recall_query or searchable_text(current)
+        hits = self._recall.search(query, pool, limit=max(opts.recall_tokens // 8, 8))
+        header = (
+            "Earlier turns of this conversation that may be relevant (recalled verbatim, "
+            "with id and date):"
+        )
+        chosen: list[Msg] = []
+        used = PER_MESSAGE_OVERHEAD + self.text_tokens(header)
+        for hit in hits:
+            # what the hint will hold: the rendered line, not the message as stored
+            cost = self._recall_line_tokens(hit.msg) + 1
+            if used + cost > opts.recall_tokens:
+                continue
+            chosen.append(hit.msg)
+            used += cost
+        if not chosen:
+            return None, [], 0
+        chosen.sort(key=lambda m: m.timestamp)
+        hint = HintBlock(
+            hint=header + "\n\n" + render_recalled(chosen, short_ids=True), source="recall"
+        )
+        return UserMsg("context", [hint]), chosen, used
 
 
 def render_for_count(msg: Msg) -> str:
@@ -144,20 +300,31 @@ def render_for_count(msg: Msg) -> str:
     return "\n".join(parts)
 
 
-def omission_notice(dropped: Sequence[Msg], tokens: int) -> Msg:
+NOTICE_ASK = "Ask the user if you need them."
+
+
+def omission_notice(dropped: Sequence[Msg], tokens: int, how: str | None = None) -> Msg:
+    """The itemised notice of cut history; ``how`` tells the model how to get it back
+    (e.g. "Search them with the recall tool."), else it is told to ask the user."""
     first, last = dropped[0].timestamp, dropped[-1].timestamp
     return UserMsg(
         "context",
         [
             HintBlock(
-                hint=(
-                    f"{len(dropped)} earlier messages of this conversation (about {tokens} "
-                    f"tokens, from {first:%Y-%m-%d %H:%M} to {last:%Y-%m-%d %H:%M} UTC) were "
-                    "left out to fit the context budget. Ask the user if you need them."
-                ),
-                source="context_budget",
+                hint=_notice_text(len(dropped), tokens, first, last, how), source="context_budget"
             )
         ],
+    )
+
+
+_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+def _notice_text(n: int, tokens: int, first: datetime, last: datetime, how: str | None) -> str:
+    return (
+        f"{n} earlier messages of this conversation (about {tokens} "
+        f"tokens, from {first:%Y-%m-%d %H:%M} to {last:%Y-%m-%d %H:%M} UTC) were "
+        f"left out to fit the context budget. {how or NOTICE_ASK}"
     )
 
 
@@ -205,7 +372,7 @@ def sanitize_history(history: Sequence[Msg]) -> list[Msg]:
     return out
 
 
-def _group(history: Sequence[Msg]) -> list[list[Msg]]:
+def group_history(history: Sequence[Msg]) -> list[list[Msg]]:
     """Split sanitised history so that a step and the messages holding its results stay
     together (by position: a results message belongs to the step right before it)."""
     groups: list[list[Msg]] = []
@@ -220,3 +387,44 @@ def _group(history: Sequence[Msg]) -> list[list[Msg]]:
         groups.append([m])
         open_step = has_uses
     return groups
+
+
+STUB_TEXT = (
+    "[cleared from the context: {chars:,} characters of output. Read it with "
+    "read_tool_output(message_id={msg_id!r}, index={index})]"
+)
+
+
+def clear_old_results(
+    history: Sequence[Msg], keep_last: int, exclude: frozenset[str] = frozenset()
+) -> tuple[list[Msg], list[str]]:
+    """Show the tool results of all but the last ``keep_last`` result messages as stubs.
+
+    Only the output changes (ids, names and states stay), so every use keeps its result;
+    results of tools in ``exclude`` stay whole. Returns the history and the ids of the
+    messages that were stubbed.
+    """
+    positions = [i for i, m in enumerate(history) if m.tool_results]
+    old = positions[: max(len(positions) - keep_last, 0)]
+    if not old:
+        return list(history), []
+    out = list(history)
+    stubbed: list[str] = []
+    for i in old:
+        m = out[i]
+        blocks = []
+        changed = False
+        for bi, b in enumerate(m.content):
+            if isinstance(b, ToolResultBlock) and b.name not in exclude:
+                text = b.output_text()
+                full = m.metadata.get("full_outputs", {}).get(str(bi))
+                size = len(full) if isinstance(full, str) else len(text)
+                if size > 200:
+                    stub = STUB_TEXT.format(chars=size, msg_id=m.id, index=bi)
+                    b = b.model_copy(update={"output": stub})
+                    changed = True
+            blocks.append(b)
+        if changed:
+            out[i] = m.model_copy(update={"content": blocks})
+            stubbed.append(m.id)
+    return out, stubbed

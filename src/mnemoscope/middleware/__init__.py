@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mnemoscope.middleware._base import HOOK_NAMES, MiddlewareBase
+from mnemoscope.middleware._base import HOOK_NAMES, CompressHandler, MiddlewareBase
 from mnemoscope.middleware._context import (
     ActingContext,
     ExitReason,
@@ -14,6 +14,8 @@ from mnemoscope.middleware._context import (
 )
 from mnemoscope.middleware._events import (
     AgentEvent,
+    CompactionEvent,
+    ContextEvent,
     HintInjectedEvent,
     MemoryEvent,
     PermissionEvent,
@@ -46,6 +48,9 @@ __all__ = [
     "ActingContext",
     "AgentEvent",
     "AgenticMemoryMiddleware",
+    "CompactionEvent",
+    "CompressHandler",
+    "ContextEvent",
     "ExitReason",
     "HintInjectedEvent",
     "LongTermMemoryMiddleware",

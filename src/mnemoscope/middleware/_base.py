@@ -29,18 +29,21 @@ from mnemoscope.middleware._events import AgentEvent
 
 if TYPE_CHECKING:
     from mnemoscope.agent import Agent
+    from mnemoscope.context import CompactionContext
     from mnemoscope.tool import ToolBase
 
 ReplyHandler = Callable[[ReplyContext], AsyncIterator[AgentEvent]]
 ReasoningHandler = Callable[[ReasoningContext], AsyncIterator[AgentEvent]]
 ActingHandler = Callable[[ActingContext], AsyncIterator[AgentEvent]]
 ModelCallHandler = Callable[[ModelCallContext], AsyncIterator[AgentEvent]]
+CompressHandler = Callable[["CompactionContext"], AsyncIterator[AgentEvent]]
 
 HOOK_NAMES = (
     "on_reply",
     "on_reasoning",
     "on_acting",
     "on_model_call",
+    "on_compress_context",
     "on_system_prompt",
     "system_prompt_changed",
 )
@@ -87,6 +90,16 @@ class MiddlewareBase:
     async def on_model_call(
         self, ctx: ModelCallContext, next_handler: ModelCallHandler
     ) -> AsyncIterator[AgentEvent]:
+        async for event in next_handler(ctx):
+            yield event
+
+    async def on_compress_context(
+        self, ctx: CompactionContext, next_handler: CompressHandler
+    ) -> AsyncIterator[AgentEvent]:
+        """Wraps one compaction (as AgentScope 2's hook): edit ``ctx.msgs`` to compact
+        less, set ``ctx.summary_text`` to write the summary yourself, or do not call
+        ``next_handler`` to skip it. Failures here are compaction failures: nothing is
+        lost and the budget drops history instead."""
         async for event in next_handler(ctx):
             yield event
 

@@ -70,6 +70,46 @@ class MemoryEvent(_Event):
     data: dict[str, Any] = Field(default_factory=dict)
 
 
+class ContextEvent(_Event):
+    """The composition of one model input, emitted right before the model call.
+
+    Attributes:
+        iteration: the reasoning step.
+        tokens: tokens of the whole input (-1: no budget, nothing counted).
+        parts: tokens per part (``system``, ``summary``, ``pinned``, ``history``,
+            ``recalled``, ``injected``, ``current``, ``transcript``, ``notice``).
+        kept, dropped, compacted, offloaded, recalled, pinned: message ids.
+        summary_id: the summary shown, if any.
+        prefix_changes: how often the prefix (system prompt + summary) changed between
+            consecutive model calls of this agent so far (a prompt-cache miss each).
+    """
+
+    type: Literal["context"] = "context"
+    iteration: int = 0
+    tokens: int = -1
+    parts: dict[str, int] = Field(default_factory=dict)
+    kept: list[str] = Field(default_factory=list)
+    dropped: list[str] = Field(default_factory=list)
+    compacted: list[str] = Field(default_factory=list)
+    offloaded: list[str] = Field(default_factory=list)
+    recalled: list[str] = Field(default_factory=list)
+    pinned: list[str] = Field(default_factory=list)
+    summary_id: str | None = None
+    prefix_changes: int = 0
+
+
+class CompactionEvent(_Event):
+    """A compaction: done (``summary_id`` covers ``covered``), skipped by a middleware, or
+    failed (``error`` says why; nothing was changed and the budget drops history)."""
+
+    type: Literal["compaction"] = "compaction"
+    status: Literal["done", "skipped", "failed"]
+    summary_id: str | None = None
+    covered: list[str] = Field(default_factory=list)
+    error: str = ""
+    background: bool = False
+
+
 class ReplyEndEvent(_Event):
     """Always the last event; carries the reply message."""
 
@@ -88,6 +128,8 @@ AgentEvent = Annotated[
     | ToolResultEvent
     | HintInjectedEvent
     | MemoryEvent
+    | ContextEvent
+    | CompactionEvent
     | ReplyEndEvent,
     Field(discriminator="type"),
 ]

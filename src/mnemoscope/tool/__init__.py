@@ -6,6 +6,8 @@ from typing import Any
 
 from mnemoscope.tool._base import PathAccess, ToolBase, ToolContext, ToolResult
 from mnemoscope.tool._function import FunctionTool, function_tool, parse_docstring
+from mnemoscope.tool._read_output import ReadToolOutput
+from mnemoscope.tool._recall_tool import RecallTool
 from mnemoscope.tool._toolkit import Toolkit
 
 _FILE_TOOLS = {"Read", "Write", "Edit", "Glob", "Grep", "read_version", "record_read"}
@@ -27,6 +29,8 @@ __all__ = [
     "Grep",
     "PathAccess",
     "Read",
+    "ReadToolOutput",
+    "RecallTool",
     "ToolBase",
     "ToolContext",
     "ToolResult",
