@@ -485,12 +485,12 @@ async def test_mariadb_ignore_add_is_one_statement(mariadb_memory: Any) -> None:
     await mem.add(a)  # creates the tables and the session's counter row
     statements.clear()
     assert await mem.add(b, marks="hint") == 1
-    assert len(statements) == 1 and statements[0].startswith("BEGIN NOT ATOMIC")
+    # (one statement per add is counted on the server in test_write_paths.py: the fast
+    # path runs on the driver connection, which SQLAlchemy's events do not see)
     # stored ids and repeats inside the batch are skipped; positions stay contiguous
     assert await mem.add([a, c, c, UserMsg("u", "d")], marks=["x", "hint"]) == 2
     assert await mem.add([a, b]) == 0
     assert await mem.add(a, marks="late") == 0  # one stored message: rolled back, no position
-    assert len(statements) == 4
     seqs = await _seqs(mem)
     assert [s for _, s in seqs] == [1, 2, 3, 4]
     assert [i for i, _ in seqs][:3] == [a.id, b.id, c.id]

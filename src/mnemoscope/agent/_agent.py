@@ -219,9 +219,8 @@ class Agent:
                 metadata={FULL_OUTPUTS_KEY: full_outputs} if full_outputs else {},
             )
             ctx.transcript += [step, result_msg]
-            # the tool use and its results are stored together, in one atomic batch
-            await self.memory.add([step, result_msg])
-            await self.memory.update_marks(result_msg.id, add=TOOL_RESULT_MARK)
+            # the tool use, its results and their mark are stored together, in one atomic batch
+            await self.memory.add([step, result_msg], marks={result_msg.id: TOOL_RESULT_MARK})
         ctx.exit_reason = "max_iters"
         ctx.result = self._max_iters_reply(ctx)
         ctx.transcript.append(ctx.result)

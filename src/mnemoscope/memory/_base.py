@@ -8,7 +8,10 @@ mark never scans message JSON.
 Semantics shared by all backends (the contract suite in ``tests/memory`` checks them):
 
 * insertion order is the order of :meth:`MemoryBase.add` calls, and within one call the
-  order of the list; a batch is stored atomically (all or nothing);
+  order of the list; a batch is stored atomically (all or nothing), marks included;
+* ``add(msgs, marks)`` gives every message of the batch the same marks, or, with a mapping
+  ``{msg_id: marks}``, each message its own (a message missing from the mapping gets none):
+  a tool result and its ``"tool_result"`` mark are then one atomic write;
 * adding an id that is already stored follows ``on_duplicate``: ``"ignore"`` (default)
   keeps the stored message, ``"replace"`` overwrites content and marks in place (keeping
   its position), ``"error"`` raises :class:`~mnemoscope.errors.MemoryStoreError` and
@@ -28,11 +31,11 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, TypeAdapter
 from pydantic_core import to_json
 
 from mnemoscope.errors import CorruptRecordError, UserError, ValidationError
@@ -41,6 +44,9 @@ from mnemoscope.message import Msg
 logger = logging.getLogger("mnemoscope.memory")
 
 Marks = str | Sequence[str] | None
+AddMarks = Marks | Mapping[str, Marks]
+"""What :meth:`MemoryBase.add` takes as ``marks``: marks for every message of the batch, or
+a mapping ``msg_id -> marks`` giving each message its own."""
 OnDuplicate = Literal["ignore", "replace", "error"]
 OnCorrupt = Literal["skip", "raise"]
 
@@ -95,12 +101,53 @@ def check_on_duplicate(on_duplicate: str) -> None:
         )
 
 
+MarkPlan = list[str] | dict[str, list[str]]
+"""Normalised ``marks`` of an add: one list for every message, or ``msg_id -> marks`` for
+the messages that have some (:func:`plan_marks`)."""
+
+
+def plan_marks(marks: AddMarks, items: Sequence[Msg]) -> MarkPlan:
+    """Normalise the ``marks`` argument of :meth:`MemoryBase.add` for the batch ``items``.
+
+    Raises:
+        UserError: a mark that is not a non-empty string, or a mapping naming an id that is
+            not in the batch (a typo would otherwise drop the mark silently).
+    """
+    if not isinstance(marks, Mapping):
+        return normalize_marks(marks)
+    ids = {m.id for m in items}
+    plan: dict[str, list[str]] = {}
+    for msg_id, msg_marks in marks.items():
+        if msg_id not in ids:
+            raise UserError(
+                f"add(): marks names message id {msg_id!r}, which is not in this add; "
+                "key the mapping by the id of a message of the batch (msg.id)"
+            )
+        names = normalize_marks(msg_marks)
+        if names:
+            plan[msg_id] = names
+    return plan
+
+
+def marks_of(plan: MarkPlan, msg_id: str) -> list[str]:
+    """The marks ``plan`` gives the message ``msg_id``."""
+    return plan if isinstance(plan, list) else plan.get(msg_id, [])
+
+
+def mark_pairs(plan: MarkPlan, ids: Iterable[str]) -> list[tuple[str, str]]:
+    """``(msg_id, mark)`` of every mark ``plan`` gives the messages ``ids``."""
+    if isinstance(plan, list):
+        return [(i, m) for i in ids for m in plan]
+    return [(i, m) for i in ids for m in plan.get(i, ())]
+
+
 def prepare_add(
-    msgs: Msg | Sequence[Msg] | None, marks: Marks, on_duplicate: str
-) -> tuple[list[Msg], list[str]]:
+    msgs: Msg | Sequence[Msg] | None, marks: AddMarks, on_duplicate: str
+) -> tuple[list[Msg], MarkPlan]:
     """Validate the arguments of :meth:`MemoryBase.add` (shared by the backends)."""
     check_on_duplicate(on_duplicate)
-    return normalize_msgs(msgs), normalize_marks(marks)
+    items = [msgs] if isinstance(msgs, Msg) else normalize_msgs(msgs)
+    return items, plan_marks(marks, items)
 
 
 def dump_msg(msg: Msg) -> str:
@@ -184,6 +231,69 @@ def normalize_ids(ids: str | Iterable[str]) -> list[str]:
     return [ids] if isinstance(ids, str) else list(ids)
 
 
+_MSG_LIST: TypeAdapter[list[Msg]] = TypeAdapter(list[Msg])
+
+
+def decode_rows(
+    memory: MemoryBase,
+    ids: Sequence[Any],
+    rows: Sequence[Any],
+    on_corrupt: OnCorrupt,
+    reason: Any = None,
+) -> list[Msg]:
+    """Decode stored JSON documents (``str`` or ``bytes``, one per id) into messages.
+
+    All rows are validated in one call, as one JSON array (one pass of pydantic's parser,
+    no per-row call overhead); the result is used only when it has one message per row,
+    each carrying its row's id, so that a row holding something else than one JSON object
+    cannot shift the others. Otherwise (a corrupt row among them) every row is decoded on
+    its own and the corrupt ones follow ``on_corrupt`` (see :class:`MemoryBase`).
+    ``reason(exc)`` makes the reported reason of a row's decoding error.
+    """
+    if not rows:
+        return []
+    if isinstance(rows[0], bytes):
+        blob: str | bytes = b"[" + b",".join(rows) + b"]"
+    else:
+        blob = "[" + ",".join(rows) + "]"
+    msgs = decode_joined(ids, blob)
+    if msgs is not None:
+        return msgs
+    out: list[Msg] = []
+    for msg_id, data in zip(ids, rows, strict=True):
+        try:
+            out.append(Msg.model_validate_json(data))
+        except ValueError as exc:  # pydantic.ValidationError, invalid UTF-8
+            why = reason(exc) if reason else _first_line(exc)
+            memory._report_corrupt(_id_text(msg_id), why, on_corrupt)
+    return out
+
+
+def _id_text(msg_id: Any) -> str:
+    return msg_id.decode("utf-8", "backslashreplace") if isinstance(msg_id, bytes) else str(msg_id)
+
+
+def decode_joined(ids: Sequence[Any], blob: str | bytes) -> list[Msg] | None:
+    """The messages of ``blob``, a JSON array of stored documents, when it holds exactly
+    one valid message per id of ``ids``, in that order; ``None`` otherwise (then decode
+    row by row to find the corrupt ones)."""
+    try:
+        msgs = _MSG_LIST.validate_json(blob)
+    except (ValueError, TypeError):  # pydantic.ValidationError, bytes mixed with str
+        return None
+    if len(msgs) != len(ids):
+        return None
+    for msg, msg_id in zip(msgs, ids, strict=True):
+        if msg.id != _id_text(msg_id):
+            return None
+    return msgs
+
+
+def _first_line(exc: Exception) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:200] if lines else type(exc).__name__
+
+
 class MemoryBase(ABC):
     """Async session store of messages with marks.
 
@@ -205,11 +315,28 @@ class MemoryBase(ABC):
     async def add(
         self,
         msgs: Msg | Sequence[Msg] | None,
-        marks: Marks = None,
+        marks: AddMarks = None,
         *,
         on_duplicate: OnDuplicate = "ignore",
     ) -> int:
-        """Store one or many messages atomically; returns how many were newly stored."""
+        """Store one or many messages atomically; returns how many were newly stored.
+
+        Args:
+            msgs: one message or a list, stored in list order.
+            marks: marks for every message (``"hint"``, ``["a", "b"]``), or a mapping
+                ``{msg.id: marks}`` giving each message of the batch its own; messages and
+                marks are one atomic write either way. With ``on_duplicate="replace"`` a
+                replaced message gets exactly the marks of this call.
+            on_duplicate: what to do with ids already stored (see :class:`MemoryBase`).
+
+        Example:
+            ``await memory.add([step, result], marks={result.id: "tool_result"})``
+
+        Raises:
+            UserError: ``marks`` names an id not in the batch, or a mark is not a
+                non-empty string.
+            ValidationError: a message cannot be stored as JSON (nothing is stored).
+        """
 
     @abstractmethod
     async def delete(self, ids: str | Iterable[str]) -> int:
@@ -273,17 +400,9 @@ class MemoryBase(ABC):
         doc = state if isinstance(state, MemoryState) else MemoryState.model_validate(state)
         if replace:
             await self.clear()
-        # group consecutive entries with identical marks to keep batches large
-        batch: list[Msg] = []
-        batch_marks: list[str] | None = None
-        for entry in doc.messages:
-            if batch and entry.marks != batch_marks:
-                await self.add(batch, batch_marks, on_duplicate="replace")
-                batch = []
-            batch.append(entry.msg)
-            batch_marks = entry.marks
-        if batch:
-            await self.add(batch, batch_marks, on_duplicate="replace")
+        if doc.messages:  # one atomic batch, each message with its own marks
+            marks: dict[str, Marks] = {e.msg.id: e.marks for e in doc.messages}
+            await self.add([e.msg for e in doc.messages], marks, on_duplicate="replace")
 
     # -------------------------------------------- AgentScope-compatible aliases
     async def get_memory(

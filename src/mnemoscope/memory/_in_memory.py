@@ -15,15 +15,16 @@ from collections.abc import Iterable, Sequence
 
 from mnemoscope.errors import MemoryStoreError
 from mnemoscope.memory._base import (
+    AddMarks,
     Marks,
     MemoryBase,
     OnCorrupt,
     OnDuplicate,
-    check_on_duplicate,
     dump_msgs,
+    marks_of,
     normalize_ids,
     normalize_marks,
-    normalize_msgs,
+    prepare_add,
 )
 from mnemoscope.message import Msg
 
@@ -48,13 +49,11 @@ class InMemoryMemory(MemoryBase):
     async def add(
         self,
         msgs: Msg | Sequence[Msg] | None,
-        marks: Marks = None,
+        marks: AddMarks = None,
         *,
         on_duplicate: OnDuplicate = "ignore",
     ) -> int:
-        check_on_duplicate(on_duplicate)
-        items = (msgs,) if isinstance(msgs, Msg) else normalize_msgs(msgs)
-        mark_list = normalize_marks(marks) if marks is not None else []
+        items, plan = prepare_add(msgs, marks, on_duplicate)
         # what a persistent backend would refuse is refused here too, before any change
         # (rather than failing later at export_state)
         dump_msgs(items)
@@ -78,6 +77,7 @@ class InMemoryMemory(MemoryBase):
                 self._marks[msg_id] = set()
                 added += 1
             stored[msg_id] = _snapshot(msg)
+            mark_list = marks_of(plan, msg_id)
             if mark_list:
                 self._set_marks(msg_id, set(mark_list))
         return added

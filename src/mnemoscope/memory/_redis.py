@@ -52,13 +52,16 @@ from typing import Any
 from mnemoscope._optional import require
 from mnemoscope.errors import MemoryStoreError, UserError
 from mnemoscope.memory._base import (
+    AddMarks,
     Marks,
     MemoryBase,
     MemoryState,
     OnCorrupt,
     OnDuplicate,
     StoredMsg,
-    dump_msgs,
+    decode_joined,
+    decode_rows,
+    dump_msg,
     normalize_ids,
     normalize_marks,
     prepare_add,
@@ -83,6 +86,8 @@ KEY_SEQ = "{base}:seq"
 KEY_MARKS = "{base}:marks"
 KEY_MARK_NAMES = "{base}:marknames"
 KEY_MARK = "{base}:mark:{mark}"
+
+_RAW = {NEVER_DECODE: True}  # read replies as bytes, whatever decode_responses says
 
 # --------------------------------------------------------------------------- Lua
 # KEYS: msgs, order, seq, marks, marknames.  ARGV[1]: mark key prefix, ARGV[2]: ttl (0 = none)
@@ -140,22 +145,25 @@ local function touch()
 end
 """
 
-# ARGV[3]: on_duplicate, ARGV[4]: marks JSON, ARGV[5..]: id, json, id, json, ...
+# ARGV[3]: on_duplicate, ARGV[4..]: id, json, marks, id, json, marks, ... where marks is
+# the message's marks as a JSON list, or '' for none
 _LUA_ADD = (
     _LUA_PRELUDE
     + """
 local mode = ARGV[3]
-local marks = cjson.decode(ARGV[4])
+local NONE = {}
 if mode == 'error' then
   local dups = {}
-  for i = 5, #ARGV, 2 do
+  for i = 4, #ARGV, 3 do
     if redis.call('HEXISTS', K_MSGS, ARGV[i]) == 1 then dups[#dups + 1] = ARGV[i] end
   end
   if #dups > 0 then return {-1, dups} end
 end
 local added = 0
-for i = 5, #ARGV, 2 do
+for i = 4, #ARGV, 3 do
   local id, data = ARGV[i], ARGV[i + 1]
+  local marks = NONE
+  if ARGV[i + 2] ~= '' then marks = cjson.decode(ARGV[i + 2]) end
   if redis.call('HSETNX', K_MSGS, id, data) == 1 then
     local seq = redis.call('INCR', K_SEQ)
     redis.call('ZADD', K_ORDER, seq, id)
@@ -246,6 +254,8 @@ return 1
 # ARGV[6]: '1' to return marks too.  Returns id, json[, marks], id, json[, marks], ... as
 # length-prefixed items ("<bytes>:<item>") concatenated in groups: a few hundred bulk replies
 # are parsed far faster by the client than 2n (or 3n) replies.
+# ARGV[6] = '2' (what get() asks first): the ids as one JSON list, then the documents
+# comma-joined in groups, so that the client decodes the whole reply as one JSON array.
 _LUA_GET = (
     _LUA_PRELUDE
     + """
@@ -291,6 +301,29 @@ if #excl > 0 or (last_n > 0 and #ids > last_n) then
   end
   ids = {}
   for i = #picked, 1, -1 do ids[#ids + 1] = picked[i] end
+end
+if ARGV[6] == '2' then
+  if #ids == 0 then return {} end
+  local out, group, n, found = {''}, {}, 0, {}
+  for c = 1, #ids, 1000 do
+    local chunk = {unpack(ids, c, math.min(c + 999, #ids))}
+    local datas = redis.call('HMGET', K_MSGS, unpack(chunk))
+    for i, id in ipairs(chunk) do
+      if datas[i] then
+        found[#found + 1] = id
+        n = n + 1
+        group[n] = datas[i]
+        if n >= 256 then
+          out[#out + 1] = table.concat(group, ',', 1, n)
+          n = 0
+        end
+      end
+    end
+  end
+  if n > 0 then out[#out + 1] = table.concat(group, ',', 1, n) end
+  if #found == 0 then return {} end
+  out[1] = cjson.encode(found)
+  return out
 end
 -- groups of 16 messages become one string each (short concatenations are cheap in Lua;
 -- one multi-megabyte table.concat is not), the client joins the few hundred groups
@@ -515,27 +548,55 @@ class RedisMemory(MemoryBase):
     async def add(
         self,
         msgs: Msg | Sequence[Msg] | None,
-        marks: Marks = None,
+        marks: AddMarks = None,
         *,
         on_duplicate: OnDuplicate = "ignore",
     ) -> int:
-        items, mark_list = prepare_add(msgs, marks, on_duplicate)
+        items, plan = prepare_add(msgs, marks, on_duplicate)
         if not items:
             return 0
-        args: list[Any] = [on_duplicate, json.dumps(mark_list)]
-        for msg_id, data in dump_msgs(items):  # all validated before anything is sent
-            args.append(msg_id)
-            args.append(data)
+        args: list[Any] = [*self._head, on_duplicate]
+        if isinstance(plan, list):  # the same marks for every message: encoded once
+            encoded = json.dumps(plan) if plan else ""
+            for msg in items:  # all validated before anything is sent
+                args += (msg.id, dump_msg(msg), encoded)
+        else:
+            for msg in items:
+                own = plan.get(msg.id)
+                args += (msg.id, dump_msg(msg), json.dumps(own) if own else "")
         if on_duplicate == "error":
             result = await self._add_exactly_once(args)
         else:
-            result = await self._call(self._add_script, args, retry_safe=True, what="add")
+            result = await self._add_call(args)
         if int(result[0]) < 0:
             dups = [_text(d) for d in result[1]]
             raise MemoryStoreError(
                 f"message ids already stored: {dups[:5]}; pass on_duplicate='ignore' or 'replace'"
             )
         return int(result[0])
+
+    async def _add_call(self, args: list[Any]) -> Any:
+        """The add script, retried once on a dropped connection (``"ignore"``/``"replace"``
+        are idempotent). The hot path of every agent step: no closures, one ``EVALSHA``."""
+        script, keys = self._add_script, self._keys
+        for attempt in (0, 1):
+            try:
+                try:
+                    return await self.client.execute_command(
+                        "EVALSHA", script.sha, len(keys), *keys, *args, **_RAW
+                    )
+                except NoScriptError:  # a restarted or another server: load it again
+                    script.sha = _text(await self.client.script_load(script.script))
+                    return await self.client.execute_command(
+                        "EVALSHA", script.sha, len(keys), *keys, *args, **_RAW
+                    )
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                if attempt == 0:
+                    continue  # the pool hands out a fresh connection
+                raise self._connection_error(exc, retry_safe=True, what="add") from exc
+            except RedisError as exc:
+                raise MemoryStoreError(f"RedisMemory.add failed: {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def _add_exactly_once(self, args: list[Any]) -> Any:
         """``on_duplicate="error"``: a blind retry could report our own batch as a duplicate.
@@ -544,12 +605,19 @@ class RedisMemory(MemoryBase):
         the script ran; none of the ids means it did not (scripts are atomic) and it is
         sent again; anything else is reported as an unknown outcome.
         """
+
+        def send() -> Any:
+            return self._retrying(
+                lambda: self._eval(self._add_script, args), retry_safe=False, what="add"
+            )
+
         try:
-            return await self._call(self._add_script, args, retry_safe=False, what="add")
+            return await send()
         except MemoryStoreError as exc:
             if not isinstance(exc.__cause__, (RedisConnectionError, RedisTimeoutError)):
                 raise
-            wanted = dict(zip(args[2::2], args[3::2], strict=True))
+            body = args[len(self._head) + 1 :]  # id, json, marks, id, json, marks, ...
+            wanted = dict(zip(body[0::3], body[1::3], strict=True))
             try:
                 stored = await self._command("HMGET", self._keys[0], *wanted)
             except RedisError:
@@ -561,7 +629,7 @@ class RedisMemory(MemoryBase):
                 return [len(wanted)]
             if any(s is not None for s in stored):
                 raise
-            return await self._call(self._add_script, args, retry_safe=False, what="add")
+            return await send()
 
     async def delete(self, ids: str | Iterable[str]) -> int:
         id_list = normalize_ids(ids)
@@ -597,6 +665,13 @@ class RedisMemory(MemoryBase):
         await self._call(self._clear_script, [], retry_safe=True, what="clear")
 
     # ------------------------------------------------------------------- reading
+    def _get_args(self, last_n: int | None, marks: Marks, exclude_marks: Marks) -> list[Any]:
+        return [
+            -1 if last_n is None else max(0, int(last_n)),
+            json.dumps(normalize_marks(marks)),
+            json.dumps(normalize_marks(exclude_marks)),
+        ]
+
     async def _fetch(
         self,
         last_n: int | None,
@@ -604,12 +679,7 @@ class RedisMemory(MemoryBase):
         exclude_marks: Marks,
         with_marks: bool,
     ) -> list[Any]:
-        args = [
-            -1 if last_n is None else max(0, int(last_n)),
-            json.dumps(normalize_marks(marks)),
-            json.dumps(normalize_marks(exclude_marks)),
-            "1" if with_marks else "0",
-        ]
+        args = [*self._get_args(last_n, marks, exclude_marks), "1" if with_marks else "0"]
         groups = await self._call(self._get_script, args, retry_safe=True, what="get")
         return _split_items(b"".join(g.encode() if isinstance(g, str) else g for g in groups))
 
@@ -628,13 +698,22 @@ class RedisMemory(MemoryBase):
         exclude_marks: Marks = None,
         on_corrupt: OnCorrupt = "skip",
     ) -> list[Msg]:
+        # one JSON array of every document, decoded in one call; a corrupt row makes that
+        # fail, and the session is read again row by row to find and report it
+        args = [*self._get_args(last_n, marks, exclude_marks), "2"]
+        reply = await self._call(self._get_script, args, retry_safe=True, what="get")
+        if not reply:
+            return []
+        try:
+            ids = json.loads(reply[0])
+        except ValueError:  # an id that is not UTF-8
+            ids = None
+        if isinstance(ids, list):
+            msgs = decode_joined(ids, b"[" + b",".join(reply[1:]) + b"]")
+            if msgs is not None:
+                return msgs
         flat = await self._fetch(last_n, marks, exclude_marks, with_marks=False)
-        out: list[Msg] = []
-        for i in range(0, len(flat), 2):
-            msg = self._decode(flat[i], flat[i + 1], on_corrupt)
-            if msg is not None:
-                out.append(msg)
-        return out
+        return decode_rows(self, flat[0::2], flat[1::2], on_corrupt, _reason)
 
     async def get_marks(self, msg_id: str) -> list[str] | None:
         raw = await self._call(self._get_marks_script, [msg_id], retry_safe=True, what="get_marks")

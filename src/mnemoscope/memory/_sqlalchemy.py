@@ -47,7 +47,9 @@ Fast paths (same tables, same locks): on a SQLite file an ``add``, ``delete``,
 call of a worker thread on a plain ``sqlite3`` connection (``_sqlalchemy_sqlite``); on
 PostgreSQL ``add(..., on_duplicate="ignore")`` is one data-modifying statement in
 autocommit (``_sqlalchemy_pg``); on MariaDB it is one anonymous compound statement that
-runs its own transaction (``_sqlalchemy_mysql``).
+runs its own transaction (``_sqlalchemy_mysql``). Those statements, and ``get``, run on the
+pooled driver connection itself, returned without the pool's reset ``ROLLBACK`` when no
+transaction is open (``_sqlalchemy_raw``); ``get`` decodes all rows in one validation.
 
 A dropped connection, a deadlock or a locked SQLite file is retried; only when the
 connection drops *during* ``COMMIT`` of ``add(..., on_duplicate="error")`` (outcome unknown)
@@ -65,13 +67,17 @@ from typing import Any, TypeVar
 from mnemoscope._optional import require
 from mnemoscope.errors import MemoryStoreError, MissingExtraError, UserError
 from mnemoscope.memory._base import (
+    AddMarks,
+    MarkPlan,
     Marks,
     MemoryBase,
     MemoryState,
     OnCorrupt,
     OnDuplicate,
     StoredMsg,
+    decode_rows,
     dump_msgs,
+    mark_pairs,
     normalize_ids,
     normalize_marks,
     prepare_add,
@@ -97,9 +103,21 @@ from mnemoscope.memory._sqlalchemy_common import (  # noqa: E402 (needs sqlalche
     first_occurrences,
     make_tables,
     plan_add,
+    read_sql,
     transient,
 )
-from mnemoscope.memory._sqlalchemy_pg import add_ignore_sql  # noqa: E402
+from mnemoscope.memory._sqlalchemy_pg import (  # noqa: E402
+    PgAddSql,
+    add_ignore_sql,
+    pg_add_statement,
+)
+from mnemoscope.memory._sqlalchemy_raw import (  # noqa: E402
+    fetch_all,
+    fetch_one,
+    fetch_value,
+    run_retrying,
+    transaction_probe,
+)
 from mnemoscope.memory._sqlalchemy_sqlite import (  # noqa: E402
     CONFIGURED,
     SQLITE_BUSY_TIMEOUT_MS,
@@ -110,6 +128,7 @@ from mnemoscope.memory._sqlalchemy_sqlite import (  # noqa: E402
     configure_sqlite,
     delete_by_mark_sync,
     delete_sync,
+    read_sync,
     sqlite_worker_for,
 )
 from mnemoscope.memory._sqlalchemy_sqlite import retryable as sqlite_retryable  # noqa: E402
@@ -234,6 +253,16 @@ class AsyncSQLAlchemyMemory(MemoryBase):
                 sync, configured=sync in CONFIGURED, busy_timeout_ms=SQLITE_BUSY_TIMEOUT_MS
             )
         self._add_ignore_sql = add_ignore_sql(table_prefix)
+        self._pg_sql = PgAddSql(table_prefix)
+        # the hot paths run on the pooled driver connection itself (``_sqlalchemy_raw``)
+        driver = self.engine.dialect.driver
+        self._driver_fast = (self._dialect, driver) in (
+            ("postgresql", "asyncpg"),
+            ("mysql", "aiomysql"),
+            ("mariadb", "aiomysql"),
+        )
+        self._clean = transaction_probe(self._dialect)
+        self._clean_after_read = transaction_probe(self._dialect, read=True)
         self._key = (table_prefix, user_id, session_id)  # of the SQLite fast path's functions
 
     @staticmethod
@@ -450,26 +479,35 @@ class AsyncSQLAlchemyMemory(MemoryBase):
         await conn.execute(sa.insert(self.messages), rows)
         return seqs
 
-    def _mark_rows(self, seqs: dict[str, int], marks: Iterable[str]) -> list[dict[str, Any]]:
+    def _mark_rows(self, seqs: dict[str, int], marks: MarkPlan) -> list[dict[str, Any]]:
         u, s = self.user_id, self.session_id
         return [
-            {"user_id": u, "session_id": s, "msg_id": i, "mark": m, "seq": q}
-            for i, q in seqs.items()
-            for m in marks
+            {"user_id": u, "session_id": s, "msg_id": i, "mark": m, "seq": seqs[i]}
+            for i, m in mark_pairs(marks, seqs)
         ]
+
+    async def _run_driver(
+        self, fn: Callable[[Any], Awaitable[_T]], *, what: str, read: bool = False
+    ) -> _T:
+        """``fn(driver_connection)`` (one self-committing, idempotent statement), retried
+        on a lost connection, deadlock or lock timeout (see ``_sqlalchemy_raw``)."""
+        clean = self._clean_after_read if read else self._clean
+        return await run_retrying(
+            self.engine, fn, clean, attempts=_ATTEMPTS, what=f"AsyncSQLAlchemyMemory.{what}"
+        )
 
     # ------------------------------------------------------------------- writing
     async def add(
         self,
         msgs: Msg | Sequence[Msg] | None,
-        marks: Marks = None,
+        marks: AddMarks = None,
         *,
         on_duplicate: OnDuplicate = "ignore",
     ) -> int:
-        items, mark_list = prepare_add(msgs, marks, on_duplicate)
+        items, plan = prepare_add(msgs, marks, on_duplicate)
         if not items:
             return 0
-        for m in mark_list:
+        for m in plan if isinstance(plan, list) else {m for v in plan.values() for m in v}:
             check_key("a mark", m)
         for msg in items:
             check_key("a message id", msg.id)
@@ -480,27 +518,17 @@ class AsyncSQLAlchemyMemory(MemoryBase):
                 add_sync,
                 *self._key,
                 payload,
-                mark_list,
+                plan,
                 on_duplicate,
                 what="add",
             )
-        if on_duplicate == "ignore" and self._dialect == "postgresql":
-            first = first_occurrences(payload)  # a repeated id keeps its first content
-            params = (
-                self.user_id,
-                self.session_id,
-                list(first),
-                list(first.values()),
-                mark_list,
-            )
-
-            async def one_statement(conn: AsyncConnection) -> int:
-                result = await conn.exec_driver_sql(self._add_ignore_sql, params)
-                return int(result.scalar_one())
-
-            return await self._run(one_statement, write="autocommit", what="add")
-        if on_duplicate == "ignore" and self._dialect in ("mysql", "mariadb"):
+        if on_duplicate == "ignore" and self._driver_fast:
             await self._ensure_tables()  # connects: the dialect knows the server after that
+            if self._dialect == "postgresql":
+                sql, args = pg_add_statement(
+                    self._pg_sql, self.user_id, self.session_id, payload, plan
+                )
+                return await self._run_driver(fetch_value(sql, args), what="add")
             if mariadb.supports_block(self.engine.dialect):
                 first = first_occurrences(payload)
                 sql, args = mariadb.add_ignore_statement(
@@ -508,16 +536,10 @@ class AsyncSQLAlchemyMemory(MemoryBase):
                     self.user_id,
                     self.session_id,
                     first,
-                    mark_list,
+                    plan,
                     mariadb.key_collation(self.engine.dialect),
                 )
-
-                async def block(conn: AsyncConnection) -> int:
-                    result = await conn.exec_driver_sql(sql, args)
-                    return int(result.scalar_one())
-
-                # the block commits itself: run it as a read (no COMMIT round trip after it)
-                return await self._run(block, write=False, what="add")
+                return await self._run_driver(fetch_one(sql, args), what="add")
 
         async def work(conn: AsyncConnection) -> int:
             existing = await self._existing(conn, [i for i, _ in payload])
@@ -544,8 +566,9 @@ class AsyncSQLAlchemyMemory(MemoryBase):
                 for chunk in chunks(list(replace)):
                     await conn.execute(sa.delete(k).where(self._where(k), k.c.msg_id.in_(chunk)))
             seqs.update((i, existing[i]) for i in replace)
-            if mark_list and seqs:
-                await conn.execute(sa.insert(self.marks), self._mark_rows(seqs, mark_list))
+            rows = self._mark_rows(seqs, plan)
+            if rows:
+                await conn.execute(sa.insert(self.marks), rows)
             return len(new)
 
         return await self._run(work, write=True, idempotent=on_duplicate != "error", what="add")
@@ -718,22 +741,35 @@ class AsyncSQLAlchemyMemory(MemoryBase):
     ) -> list[Msg]:
         if last_n is not None and last_n <= 0:
             return []
-        stmt = self._select(marks, exclude_marks)
-        seq = self.messages.c.seq
-        stmt = stmt.order_by(seq) if last_n is None else stmt.order_by(seq.desc()).limit(last_n)
+        if self._sqlite is not None or self._driver_fast:
+            rows = await self._read(normalize_marks(marks), normalize_marks(exclude_marks), last_n)
+        else:
+            stmt = self._select(marks, exclude_marks)
+            seq = self.messages.c.seq
+            stmt = stmt.order_by(seq) if last_n is None else stmt.order_by(seq.desc()).limit(last_n)
 
-        async def work(conn: AsyncConnection) -> list[Any]:
-            return list(await conn.execute(stmt))
+            async def work(conn: AsyncConnection) -> list[Any]:
+                return [(r[1], r[2]) for r in await conn.execute(stmt)]
 
-        rows = await self._run(work, write=False, what="get")
+            rows = await self._run(work, write=False, what="get")
         if last_n is not None:
             rows.reverse()
-        out: list[Msg] = []
-        for _, msg_id, data in rows:
-            msg = self._decode(msg_id, data, on_corrupt)
-            if msg is not None:
-                out.append(msg)
-        return out
+        return decode_rows(self, [r[0] for r in rows], [r[1] for r in rows], on_corrupt)
+
+    async def _read(self, want: list[str], skip: list[str], last_n: int | None) -> list[Any]:
+        """``(msg_id, msg_json)`` rows of ``get`` in one driver call (SQLite: one call of
+        the worker thread; PostgreSQL and MariaDB: one statement on the pooled driver
+        connection, no SQLAlchemy result objects for thousands of rows)."""
+        style = "qmark" if self._sqlite else "format"
+        if self._dialect == "postgresql":
+            style = "numeric"
+        sql, params = read_sql(self.table_prefix, style, len(want), len(skip), last_n is not None)
+        args = params(self.user_id, self.session_id, want, skip, last_n or 0)
+        if self._sqlite is not None:
+            return await self._run_sqlite(read_sync, sql, args, what="get")
+        await self._ensure_tables()
+        fetch = fetch_all(sql, args, numeric=style == "numeric")
+        return await self._run_driver(fetch, what="get", read=True)
 
     async def get_marks(self, msg_id: str) -> list[str] | None:
         t, k = self.messages, self.marks

@@ -38,6 +38,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from mnemoscope.errors import UserError
+from mnemoscope.memory._base import MarkPlan, mark_pairs, marks_of
 
 MIN_MARIADB = (10, 2)  # BEGIN NOT ATOMIC (10.1.1), window functions (10.2), NO PAD (10.2)
 MIN_MYSQL = (8, 0, 17)  # utf8mb4_0900_bin
@@ -129,20 +130,25 @@ def _rows_sql(count: int, collation: str) -> str:
 def add_ignore_sql(
     prefix: str, count: int, mark_count: int, collation: str = MARIADB_COLLATION
 ) -> str:
-    """The block for ``count`` distinct ids and ``mark_count`` marks (``%s`` parameters,
-    see :func:`add_ignore_params`). Its one-row result is the number of messages inserted."""
+    """The block for ``count`` distinct ids and ``mark_count`` ``(msg_id, mark)`` pairs
+    (``%s`` parameters, see :func:`add_ignore_statement`). Its one-row result is the number
+    of messages inserted."""
     s, m, k = f"{prefix}_sessions", f"{prefix}_messages", f"{prefix}_marks"
     marks = ""
     if mark_count:
-        names = " UNION ALL ".join(
-            [f"SELECT CONVERT(%s USING utf8mb4) COLLATE {collation} AS mark"]
-            + ["SELECT %s"] * (mark_count - 1)
+        pairs = " UNION ALL ".join(
+            [
+                f"SELECT CONVERT(%s USING utf8mb4) COLLATE {collation} AS msg_id, "
+                f"CONVERT(%s USING utf8mb4) COLLATE {collation} AS mark"
+            ]
+            + ["SELECT %s, %s"] * (mark_count - 1)
         )
         marks = f"""
   IF n > 0 THEN
     INSERT INTO {k} (user_id, session_id, msg_id, mark, seq)
-    SELECT u, s, i.msg_id, x.mark, i.seq FROM {m} AS i CROSS JOIN ({names}) AS x
-    WHERE i.user_id = u AND i.session_id = s AND i.seq > base;
+    SELECT u, s, i.msg_id, x.mark, i.seq FROM ({pairs}) AS x
+    JOIN {m} AS i ON i.user_id = u AND i.session_id = s AND i.msg_id = x.msg_id
+    WHERE i.seq > base;
   END IF;"""
     return f"""BEGIN NOT ATOMIC
   DECLARE u {_key(collation)} DEFAULT %s;
@@ -194,10 +200,13 @@ def add_one_sql(prefix: str, mark_count: int, collation: str = MARIADB_COLLATION
     INSERT INTO {m} (user_id, session_id, seq, msg_id, msg_json) VALUES (u, s, base, i, %s);
   END;
   IF dup THEN
-    ROLLBACK;
+    -- checked before the ROLLBACK: a read after it would leave a transaction (and its
+    -- snapshot) open on the connection, which the server does not report
     IF NOT EXISTS (SELECT 1 FROM {m} WHERE user_id = u AND session_id = s AND msg_id = i) THEN
+      ROLLBACK;
       SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'position already used: session counter is behind';
     END IF;
+    ROLLBACK;
     SELECT 0;
   ELSE
     {marks}
@@ -212,20 +221,24 @@ def add_ignore_statement(
     user_id: str,
     session_id: str,
     first: dict[str, str],
-    marks: list[str],
+    marks: MarkPlan,
     collation: str = MARIADB_COLLATION,
 ) -> tuple[str, tuple[Any, ...]]:
     """The block and its parameters; ``first`` maps each distinct id (in batch order) to
-    its JSON; ``collation`` is the key columns' (:func:`key_collation`)."""
+    its JSON, ``marks`` gives their marks (:func:`~mnemoscope.memory._base.plan_marks`);
+    ``collation`` is the key columns' (:func:`key_collation`)."""
     if len(first) == 1:
         ((msg_id, data),) = first.items()
-        sql = add_one_sql(prefix, len(marks), collation)
-        return sql, (user_id, session_id, msg_id, data, *marks)
+        own = marks_of(marks, msg_id)
+        sql = add_one_sql(prefix, len(own), collation)
+        return sql, (user_id, session_id, msg_id, data, *own)
     params: list[Any] = [user_id, session_id]
     for n, (msg_id, data) in enumerate(first.items()):
         params += (n, msg_id, data)
-    params += marks
-    return add_ignore_sql(prefix, len(first), len(marks), collation), tuple(params)
+    pairs = mark_pairs(marks, first)
+    for pair in pairs:
+        params += pair
+    return add_ignore_sql(prefix, len(first), len(pairs), collation), tuple(params)
 
 
 DELETE_CHUNK = 5000  # ids per DELETE; measured faster than 500 or 1000 (fewer statements)

@@ -19,20 +19,60 @@ one round trip, one commit. Its parts:
     this statement waited for the counter row is skipped (its reserved position stays
     unused: positions may have gaps, never duplicates);
 ``mk``
-    the marks of the inserted messages.
+    the marks of the inserted messages (the same for all, or per message:
+    ``add_ignore_sql(prefix, per_message=True)`` takes ``(msg_id, mark)`` pairs).
 
 Every probe is an equality on a full unique or primary key, so the cost of an ``add`` does
 not grow with the session nor depend on table statistics.
+
+One message (:func:`add_one_sql`, the agent's common write) needs no probe: the counter is
+bumped and the row inserted ``ON CONFLICT DO NOTHING``; an id already stored leaves an
+unused position (a gap, never a duplicate). Both statements run through the driver's
+prepared-statement cache, so each is parsed and planned once per connection.
 """
 
 from __future__ import annotations
 
+from typing import Any
 
-def add_ignore_sql(prefix: str) -> str:
+from mnemoscope.memory._base import MarkPlan, mark_pairs, marks_of
+from mnemoscope.memory._sqlalchemy_common import first_occurrences
+
+
+def add_one_sql(prefix: str) -> str:
+    """The statement for one message; parameters ``$1`` user, ``$2`` session, ``$3`` id,
+    ``$4`` JSON, ``$5`` marks (array). Returns 1 when stored, 0 when the id already was."""
+    s, m, k = f"{prefix}_sessions", f"{prefix}_messages", f"{prefix}_marks"
+    return f"""
+WITH bump AS (
+  INSERT INTO {s} AS c (user_id, session_id, last_seq) VALUES ($1::text, $2::text, 1)
+  ON CONFLICT (user_id, session_id) DO UPDATE SET last_seq = c.last_seq + 1
+  RETURNING c.last_seq
+), ins AS (
+  INSERT INTO {m} (user_id, session_id, seq, msg_id, msg_json)
+  SELECT $1::text, $2::text, b.last_seq, $3::text, $4::text FROM bump AS b
+  ON CONFLICT (user_id, session_id, msg_id) DO NOTHING
+  RETURNING msg_id, seq
+), mk AS (
+  INSERT INTO {k} (user_id, session_id, msg_id, mark, seq)
+  SELECT $1::text, $2::text, i.msg_id, x.mark, i.seq
+  FROM ins AS i CROSS JOIN unnest($5::text[]) AS x(mark)
+)
+SELECT count(*) FROM ins
+"""
+
+
+def add_ignore_sql(prefix: str, *, per_message: bool = False) -> str:
     """The statement; parameters ``$1`` user, ``$2`` session, ``$3`` ids, ``$4`` JSON
-    documents, ``$5`` marks (arrays in batch order, ids unique). Returns the count of
+    documents, ``$5`` marks (arrays in batch order, ids unique); with ``per_message``,
+    ``$5`` the ids and ``$6`` the marks of ``(msg_id, mark)`` pairs. Returns the count of
     messages inserted."""
     s, m, k = f"{prefix}_sessions", f"{prefix}_messages", f"{prefix}_marks"
+    marks = (
+        "JOIN unnest($5::text[], $6::text[]) AS x(msg_id, mark) ON x.msg_id = i.msg_id"
+        if per_message
+        else "CROSS JOIN unnest($5::text[]) AS x(mark)"
+    )
     return f"""
 WITH probe AS (
   SELECT n.ord, n.msg_id, n.msg_json,
@@ -59,7 +99,32 @@ WITH probe AS (
 ), mk AS (
   INSERT INTO {k} (user_id, session_id, msg_id, mark, seq)
   SELECT $1::text, $2::text, i.msg_id, x.mark, i.seq
-  FROM ins AS i CROSS JOIN unnest($5::text[]) AS x(mark)
+  FROM ins AS i {marks}
 )
 SELECT count(*) FROM ins
 """
+
+
+class PgAddSql:
+    """The three add statements of a table prefix (built once per memory)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.one = add_one_sql(prefix)
+        self.batch = add_ignore_sql(prefix)
+        self.pairs = add_ignore_sql(prefix, per_message=True)
+
+
+def pg_add_statement(
+    sql: PgAddSql, user: str, session: str, payload: list[tuple[str, str]], plan: MarkPlan
+) -> tuple[str, tuple[Any, ...]]:
+    """The statement and parameters storing ``payload`` (``(id, JSON)`` in batch order; a
+    repeated id keeps its first content) with the marks of ``plan``."""
+    first = first_occurrences(payload)
+    if len(first) == 1:
+        ((msg_id, data),) = first.items()
+        return sql.one, (user, session, msg_id, data, marks_of(plan, msg_id))
+    ids, docs = list(first), list(first.values())
+    if isinstance(plan, list):
+        return sql.batch, (user, session, ids, docs, plan)
+    pairs = mark_pairs(plan, first)
+    return sql.pairs, (user, session, ids, docs, [i for i, _ in pairs], [m for _, m in pairs])

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import event
 
+from mnemoscope.memory._base import MarkPlan, mark_pairs
 from mnemoscope.memory._sqlalchemy_common import chunks, plan_add
 
 _T = TypeVar("_T")
@@ -162,7 +163,7 @@ def _add(
     user: str,
     session: str,
     payload: list[tuple[str, str]],
-    marks: list[str],
+    marks: MarkPlan,
     on_duplicate: str,
 ) -> int:
     msgs, mark_table, sessions = f"{prefix}_messages", f"{prefix}_marks", f"{prefix}_sessions"
@@ -210,11 +211,12 @@ def _add(
                 (user, session, *chunk),
             )
         seqs.update((i, existing[i]) for i in replace)
-    if marks and seqs:
+    pairs = mark_pairs(marks, seqs) if seqs else []
+    if pairs:
         conn.executemany(
             f"INSERT INTO {mark_table} (user_id, session_id, msg_id, mark, seq) "
             "VALUES (?, ?, ?, ?, ?)",
-            [(user, session, i, m, q) for i, q in seqs.items() for m in marks],
+            [(user, session, i, m, seqs[i]) for i, m in pairs],
         )
     return len(new)
 
@@ -225,7 +227,7 @@ def add_sync(
     user: str,
     session: str,
     payload: list[tuple[str, str]],
-    marks: list[str],
+    marks: MarkPlan,
     on_duplicate: str,
 ) -> int:
     """The whole of ``add`` as one ``BEGIN IMMEDIATE`` ... ``COMMIT`` transaction."""
@@ -289,6 +291,11 @@ def _clear(conn: sqlite3.Connection, prefix: str, user: str, session: str) -> No
 def clear_sync(conn: sqlite3.Connection, prefix: str, user: str, session: str) -> None:
     """``clear``: the session's messages and marks in one transaction (not its counter)."""
     _write(conn, _clear, prefix, user, session)
+
+
+def read_sync(conn: sqlite3.Connection, sql: str, args: tuple[Any, ...]) -> list[Any]:
+    """The rows of one read statement (``get``), in the worker thread."""
+    return conn.execute(sql, args).fetchall()
 
 
 def retryable(exc: sqlite3.Error) -> bool:

@@ -1,0 +1,197 @@
+"""One statement on a pooled driver connection, for the hot paths of
+:class:`~mnemoscope.memory.AsyncSQLAlchemyMemory` (PostgreSQL ``asyncpg``, MariaDB
+``aiomysql``).
+
+A single-message ``add`` is one statement that commits itself (autocommit on PostgreSQL,
+a compound statement with its own ``COMMIT`` on MariaDB). Through SQLAlchemy's
+``AsyncConnection`` it also pays a ``Connection`` object, execution options, a result
+wrapper and, on MariaDB, the pool's ``ROLLBACK`` when the connection goes back (one more
+round trip, because the driver sends it whatever the transaction state). Here the statement
+runs on the pool's connection itself (``AsyncEngine.raw_connection()``: the engine's pool,
+size, ``pre_ping`` and events all apply), and the connection goes back without that
+``ROLLBACK`` when the server says no transaction is open. Any other outcome takes the
+pool's ordinary path: a server error rolls back on return, a lost or interrupted
+connection is invalidated (closed and replaced).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.util import greenlet_spawn
+
+from mnemoscope.errors import MemoryStoreError
+from mnemoscope.memory._sqlalchemy_common import transient
+
+_T = TypeVar("_T")
+
+_MYSQL_CLIENT_ERRORS = 2000  # pymysql codes from 2000 on are the client's (connection lost)
+
+
+def driver_error_code(exc: BaseException) -> tuple[str | None, int | None]:
+    """``(sqlstate, mysql error number)`` of a driver exception (either may be ``None``)."""
+    state = getattr(exc, "sqlstate", None)
+    args = getattr(exc, "args", ())
+    number = args[0] if args and isinstance(args[0], int) else None
+    return (state if isinstance(state, str) else None), number
+
+
+def server_error(exc: BaseException) -> bool:
+    """An error the server reported on a healthy connection (not a lost connection)."""
+    module = type(exc).__module__
+    state, number = driver_error_code(exc)
+    if module.startswith("asyncpg"):
+        return state is not None and state[:2] not in ("08", "57")
+    if module.startswith("pymysql"):
+        return number is not None and 0 < number < _MYSQL_CLIENT_ERRORS
+    return False
+
+
+def transient_driver_error(exc: BaseException) -> bool:
+    """Worth retrying: a lost connection, deadlock, lock timeout, serialization failure or
+    concurrent duplicate (the same cases as ``transient`` for SQLAlchemy's wrappers)."""
+    if isinstance(exc, (OSError, ConnectionError, EOFError)):
+        return True
+    module = type(exc).__module__
+    if not module.startswith(("asyncpg", "pymysql")):
+        return False
+    state, number = driver_error_code(exc)
+    if state and (state in ("40001", "40P01", "55P03") or state[:2] in ("08", "57", "23")):
+        return True
+    if number in (1062, 1205, 1213) or (number or 0) >= _MYSQL_CLIENT_ERRORS:
+        return True
+    return not server_error(exc)  # connection closed / interface errors
+
+
+def _clean_asyncpg(conn: Any) -> bool:
+    return not conn.is_in_transaction()
+
+
+def _clean_aiomysql(conn: Any) -> bool:
+    return not conn.get_transaction_status()
+
+
+def _never(conn: Any) -> bool:
+    return False
+
+
+def transaction_probe(dialect_name: str, *, read: bool = False) -> Callable[[Any], bool]:
+    """``probe(driver_connection)``: true when no transaction is open on it.
+
+    PostgreSQL reports its transaction state after every statement. MySQL/MariaDB report
+    an open *write* transaction, but not the one a plain ``SELECT`` starts under
+    ``autocommit=0`` (SQLAlchemy's default for aiomysql): its snapshot would outlive the
+    read and serve later reads on that connection stale rows, so after a read (``read``)
+    the pool always rolls back. The write blocks end with ``COMMIT``/``ROLLBACK`` and read
+    no table after it.
+    """
+    if dialect_name == "postgresql":
+        return _clean_asyncpg
+    return _never if read else _clean_aiomysql
+
+
+async def run_on_driver(
+    engine: AsyncEngine,
+    fn: Callable[[Any], Awaitable[_T]],
+    clean: Callable[[Any], bool],
+) -> _T:
+    """``await fn(driver_connection)`` on a connection of ``engine``'s pool.
+
+    The connection is returned without a reset when ``clean(driver_connection)`` says no
+    transaction is open; rolled back on return after a server error; invalidated after
+    anything else (a lost connection, a cancellation mid-statement). Exceptions of ``fn``
+    propagate unchanged (driver exceptions: ``asyncpg`` / ``pymysql``).
+    """
+    raw = await engine.raw_connection()
+    try:
+        result = await fn(raw.driver_connection)
+    except BaseException as exc:
+        if server_error(exc):
+            await greenlet_spawn(raw.close)  # the pool's reset: ROLLBACK
+        else:
+            await greenlet_spawn(raw.invalidate, exc if isinstance(exc, Exception) else None)
+        raise
+    special = getattr(raw, "_close_special", None)  # SQLAlchemy's own "already reset"
+    if special is not None and clean(raw.driver_connection):
+        await greenlet_spawn(special, transaction_reset=True)
+    else:
+        await greenlet_spawn(raw.close)
+    return result
+
+
+async def run_retrying(
+    engine: AsyncEngine,
+    fn: Callable[[Any], Awaitable[_T]],
+    clean: Callable[[Any], bool],
+    *,
+    attempts: int,
+    what: str,
+) -> _T:
+    """:func:`run_on_driver`, retried with backoff while the failure is transient (``fn``
+    must be safe to repeat); anything else, or the last failure, becomes
+    :class:`~mnemoscope.errors.MemoryStoreError` naming ``what``."""
+    for attempt in range(attempts):
+        try:
+            return await run_on_driver(engine, fn, clean)
+        except sa.exc.DBAPIError as exc:  # checking a connection out of the pool
+            if not transient(exc):
+                raise MemoryStoreError(f"{what} failed: {exc}") from exc
+            last: BaseException = exc
+        except Exception as exc:  # the driver's own exceptions
+            if not transient_driver_error(exc):
+                raise MemoryStoreError(f"{what} failed: {exc}") from exc
+            last = exc
+        if attempt + 1 < attempts:
+            await asyncio.sleep(0.01 * 2**attempt)
+    raise MemoryStoreError(f"{what} failed after {attempts} attempts: {last}") from last
+
+
+def fetch_value(sql: str, args: tuple[Any, ...]) -> Callable[[Any], Awaitable[int]]:
+    """``fn(asyncpg connection)``: run ``sql`` and return its one integer value."""
+
+    async def run(conn: Any) -> int:
+        return int(await conn.fetchval(sql, *args))
+
+    return run
+
+
+def fetch_one(sql: str, args: tuple[Any, ...]) -> Callable[[Any], Awaitable[int]]:
+    """``fn(aiomysql connection)``: run ``sql`` (a MariaDB block that commits itself) and
+    return the integer of its one-row result."""
+
+    async def run(conn: Any) -> int:
+        cur = await conn.cursor()
+        try:
+            await cur.execute(sql, args)
+            row = await cur.fetchone()
+        finally:
+            await cur.close()  # reads the block's remaining results
+        return int(row[0])
+
+    return run
+
+
+def fetch_all(
+    sql: str, args: tuple[Any, ...], *, numeric: bool
+) -> Callable[[Any], Awaitable[list[Any]]]:
+    """``fn(connection)``: the rows of a read, on asyncpg (``numeric``) or aiomysql."""
+    if numeric:
+
+        async def records(conn: Any) -> list[Any]:
+            return list(await conn.fetch(sql, *args))
+
+        return records
+
+    async def rows(conn: Any) -> list[Any]:
+        cur = await conn.cursor()
+        try:
+            await cur.execute(sql, args)
+            return list(await cur.fetchall())
+        finally:
+            await cur.close()
+
+    return rows
