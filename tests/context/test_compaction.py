@@ -238,11 +238,15 @@ RESUME = textwrap.dedent(
         for i in range(turns):
             await agent.reply(f"user turn {i}: " + "please " * 15)
         if turns:
-            import shutil
+            import sqlite3
             await memory.aclose()
-            for suffix in ("", "-wal", "-shm"):
-                if os.path.exists(db + suffix):
-                    shutil.copy(db + suffix, db + ".copy" + suffix)
+            # a consistent snapshot for the resuming process (copying the -wal/-shm files
+            # races with SQLite removing them)
+            src, dst = sqlite3.connect(db), sqlite3.connect(db + ".copy")
+            with dst:
+                src.backup(dst)
+            src.close()
+            dst.close()
             memory = AsyncSQLAlchemyMemory(f"sqlite+aiosqlite:///{db}", user_id="u", session_id="s")
             agent.memory = memory
         n = len(model.calls)
