@@ -15,10 +15,7 @@ from pydantic import BaseModel
 
 from mnemoscope.agent import Agent
 from mnemoscope.memory import InMemoryMemory
-from mnemoscope.message import Msg
-from mnemoscope.model._anthropic_formatter import format_anthropic_messages
-from mnemoscope.model._openai_formatter import format_openai_messages
-from mnemoscope.testing import ScriptedChatModel, tool_call
+from mnemoscope.testing import ScriptedChatModel, assert_tool_pairs, tool_call
 from mnemoscope.tool import ToolBase, ToolContext, Toolkit, ToolResult
 
 
@@ -29,39 +26,6 @@ class _UnprintableError(Exception):
 
 class _Boom(BaseException):
     """A BaseException subclass a careless library might raise."""
-
-
-# the same checks as in tests/context/test_hardening_context.py (tests are not a package)
-def assert_openai_pairs(messages: list[Msg]) -> None:
-    """Every ``tool`` message answers a call of the assistant message right before it,
-    and every call gets an answer (what OpenAI-compatible servers require)."""
-    open_ids: list[str] = []
-    for m in format_openai_messages(messages):
-        if m["role"] == "tool":
-            assert m["tool_call_id"] in open_ids, f"orphan tool message {m}"
-            open_ids.remove(m["tool_call_id"])
-            continue
-        assert not open_ids, f"calls without results: {open_ids}"
-        open_ids = [c["id"] for c in m.get("tool_calls") or []]
-    assert not open_ids, f"calls without results: {open_ids}"
-
-
-def assert_anthropic_pairs(messages: list[Msg]) -> None:
-    """Each ``tool_result`` answers a ``tool_use`` of the previous assistant turn."""
-    _, turns = format_anthropic_messages(messages)
-    open_ids: list[str] = []
-    for turn in turns:
-        blocks = turn["content"] if isinstance(turn["content"], list) else []
-        if turn["role"] == "user":
-            results = [b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"]
-            for rid in results:
-                assert rid in open_ids, f"orphan tool_result {rid}"
-                open_ids.remove(rid)
-            assert not open_ids, f"tool_use without result: {open_ids}"
-        else:
-            assert not open_ids
-            open_ids = [b["id"] for b in blocks if b.get("type") == "tool_use"]
-    assert not open_ids
 
 
 # ------------------------------------------------------------------------ item 16
@@ -97,8 +61,7 @@ async def test_history_window_with_reused_ids_sends_no_orphan_result() -> None:
     # the window starts with turn one's result; its call was cut off: it is not sent
     outputs = [b.output_text() for m in sent for b in m.tool_results]
     assert outputs == ["two"]
-    assert_openai_pairs(sent)
-    assert_anthropic_pairs(sent)
+    assert_tool_pairs(sent)
 
 
 async def test_budget_and_window_together_keep_pairs_whole() -> None:
@@ -125,8 +88,7 @@ async def test_budget_and_window_together_keep_pairs_whole() -> None:
         await agent.reply(f"turn {i}")
     await agent.reply("final turn")
     for call in model.calls:
-        assert_openai_pairs(call.messages)
-        assert_anthropic_pairs(call.messages)
+        assert_tool_pairs(call.messages)
 
 
 # ------------------------------------------------------------------------ item 17

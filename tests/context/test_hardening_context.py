@@ -10,11 +10,10 @@
 from __future__ import annotations
 
 from mnemoscope.context import ContextBuilder, sanitize_history
-from mnemoscope.message import AssistantMsg, Msg, TextBlock, ToolResultBlock, ToolUseBlock, UserMsg
+from mnemoscope.message import AssistantMsg, TextBlock, ToolResultBlock, ToolUseBlock, UserMsg
 from mnemoscope.model import count_tokens, estimate_tokens
-from mnemoscope.model._anthropic_formatter import format_anthropic_messages
-from mnemoscope.model._openai_formatter import format_openai_messages
 from mnemoscope.model._tokens import HUGE_TEXT_CHARS
+from mnemoscope.testing import assert_tool_pairs
 
 
 def _use(id_: str, name: str = "echo") -> ToolUseBlock:
@@ -23,38 +22,6 @@ def _use(id_: str, name: str = "echo") -> ToolUseBlock:
 
 def _res(id_: str, output: str = "out") -> ToolResultBlock:
     return ToolResultBlock(id=id_, name="echo", output=output)
-
-
-def assert_openai_pairs(messages: list[Msg]) -> None:
-    """Every ``tool`` message answers a call of the assistant message right before it,
-    and every call gets an answer (what OpenAI-compatible servers require)."""
-    open_ids: list[str] = []
-    for m in format_openai_messages(messages):
-        if m["role"] == "tool":
-            assert m["tool_call_id"] in open_ids, f"orphan tool message {m}"
-            open_ids.remove(m["tool_call_id"])
-            continue
-        assert not open_ids, f"calls without results: {open_ids}"
-        open_ids = [c["id"] for c in m.get("tool_calls") or []]
-    assert not open_ids, f"calls without results: {open_ids}"
-
-
-def assert_anthropic_pairs(messages: list[Msg]) -> None:
-    """Each ``tool_result`` answers a ``tool_use`` of the previous assistant turn."""
-    _, turns = format_anthropic_messages(messages)
-    open_ids: list[str] = []
-    for turn in turns:
-        blocks = turn["content"] if isinstance(turn["content"], list) else []
-        if turn["role"] == "user":
-            results = [b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"]
-            for rid in results:
-                assert rid in open_ids, f"orphan tool_result {rid}"
-                open_ids.remove(rid)
-            assert not open_ids, f"tool_use without result: {open_ids}"
-        else:
-            assert not open_ids
-            open_ids = [b["id"] for b in blocks if b.get("type") == "tool_use"]
-    assert not open_ids
 
 
 # ------------------------------------------------------------------------ item 16
@@ -87,8 +54,7 @@ def test_reused_ids_within_one_step_pair_in_order_and_extras_are_dropped() -> No
     assert not any(m.tool_results for m in clean[2:])
     builder = ContextBuilder(max_tokens=10_000)
     built = builder.build(system_prompt="s", history=history, current=UserMsg("u", "now"))
-    assert_openai_pairs(built.messages)
-    assert_anthropic_pairs(built.messages)
+    assert_tool_pairs(built.messages)
 
 
 def test_a_trailing_step_without_results_is_dropped() -> None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mnemoscope.errors import MemoryStoreError, UserError
+from mnemoscope.memory._redis_keys import escape_key_part, session_key_base, unescape_key_part
 from mnemoscope.message import Msg
 
 MAX_PAGE = 1_000
@@ -221,17 +222,6 @@ def _missing_table(exc: Any) -> bool:
 
 
 # --------------------------------------------------------------------------- Redis
-def _escape(part: str) -> str:
-    # the escaping documented in mnemoscope.memory._redis (key layout)
-    return part.replace("%", "%25").replace(":", "%3A").replace("{", "%7B").replace("}", "%7D")
-
-
-def _unescape(part: str) -> str:
-    return re.sub(
-        r"%(25|3A|7B|7D)", lambda m: {"25": "%", "3A": ":", "7B": "{", "7D": "}"}[m.group(1)], part
-    )
-
-
 def _glob_escape(text: str) -> str:
     return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
@@ -261,7 +251,7 @@ class RedisSessionReader(SessionReaderBase):
         self.key_prefix = key_prefix
 
     def _base(self, user_id: str, session_id: str) -> str:
-        return f"{self.key_prefix}:{{{_escape(user_id)}:{_escape(session_id)}}}"
+        return session_key_base(self.key_prefix, user_id, session_id)
 
     async def _cmd(self, *args: Any) -> Any:
         from redis.client import NEVER_DECODE
@@ -273,7 +263,7 @@ class RedisSessionReader(SessionReaderBase):
             raise MemoryStoreError(f"cannot read the Redis session store: {exc}") from None
 
     async def list_sessions(self, user_id: str) -> list[SessionSummary]:
-        head = f"{self.key_prefix}:{{{_escape(user_id)}:"
+        head = f"{self.key_prefix}:{{{escape_key_part(user_id)}:"
         pattern = _glob_escape(head) + "*}:order"
         found: set[str] = set()
         cursor: Any = b"0"
@@ -283,7 +273,7 @@ class RedisSessionReader(SessionReaderBase):
                 text = _text(key)
                 middle = text[len(head) : -len("}:order")]
                 if ":" not in middle:  # an escaped session id never holds ':'
-                    found.add(_unescape(middle))
+                    found.add(unescape_key_part(middle))
             if int(cursor) == 0:
                 break
         ids = sorted(found)

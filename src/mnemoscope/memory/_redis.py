@@ -66,6 +66,7 @@ from mnemoscope.memory._base import (
     normalize_marks,
     prepare_add,
 )
+from mnemoscope.memory._redis_keys import session_key_base
 from mnemoscope.message import Msg
 
 redis_asyncio = require("redis.asyncio", extra="redis", feature="RedisMemory")
@@ -364,10 +365,6 @@ return redis.call('HGET', K_MARKS, ARGV[3]) or '[]'
 )
 
 
-def _escape(part: str) -> str:
-    return part.replace("%", "%25").replace(":", "%3A").replace("{", "%7B").replace("}", "%7D")
-
-
 def _text(value: Any) -> str:
     return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
 
@@ -447,7 +444,7 @@ class RedisMemory(MemoryBase):
             redis_kwargs.setdefault("retry", Retry(NoBackoff(), 0))
             client = redis_asyncio.Redis.from_url(url or DEFAULT_URL, **redis_kwargs)
         self.client = client
-        base = f"{key_prefix}:{{{_escape(user_id)}:{_escape(session_id)}}}"
+        base = session_key_base(key_prefix, user_id, session_id)
         self._keys = [
             k.format(base=base) for k in (KEY_MSGS, KEY_ORDER, KEY_SEQ, KEY_MARKS, KEY_MARK_NAMES)
         ]

@@ -8,6 +8,7 @@
 """
 
 from mnemoscope.testing._hash_embedding import HashEmbeddingModel, hash_embedding
+from mnemoscope.testing._pairs import assert_tool_pairs
 from mnemoscope.testing._scripted import ScriptedCall, ScriptedChatModel, tool_call
 from mnemoscope.testing._server import (
     HTTPErrorReply,
@@ -26,6 +27,7 @@ __all__ = [
     "ScriptedChatModel",
     "ServerReply",
     "ServerToolCall",
+    "assert_tool_pairs",
     "hash_embedding",
     "tool_call",
 ]
