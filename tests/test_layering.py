@@ -84,6 +84,10 @@ def _imported(tree: ast.AST, module: str, is_package: bool) -> list[tuple[int, s
     return [(line, name) for line, name in found if name.split(".")[0] == "mnemoscope"]
 
 
+def _is_private(name: str) -> bool:
+    return any(part.startswith("_") for part in name.split(".")[2:])
+
+
 def _top(name: str) -> str:
     parts = name.split(".")
     return parts[1] if len(parts) > 1 else ""
@@ -116,9 +120,7 @@ def violations() -> list[Violation]:
                 found.append(Violation(rel, line, target, "a higher layer"))
             elif up == 0 and LAYER_OF[source_top] > 0:
                 found.append(Violation(rel, line, target, "a peer package of the same layer"))
-            elif any(p.startswith("_") for p in target.split(".")[2:]) and not target_top.startswith(
-                "_"
-            ):
+            elif _is_private(target) and LAYER_OF[target_top] > 0:
                 found.append(Violation(rel, line, target, "another package's private module"))
     return found
 
