@@ -71,12 +71,12 @@ from mnemoscope.message import Msg
 
 redis_asyncio = require("redis.asyncio", extra="redis", feature="RedisMemory")
 
+from redis.asyncio.retry import Retry  # noqa: E402
 from redis.backoff import NoBackoff  # noqa: E402 (after the extra check)
 from redis.client import NEVER_DECODE  # noqa: E402
 from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: E402
 from redis.exceptions import NoScriptError, RedisError  # noqa: E402
 from redis.exceptions import TimeoutError as RedisTimeoutError  # noqa: E402
-from redis.retry import Retry  # noqa: E402
 
 DEFAULT_URL = "redis://localhost:6379/0"
 """Used when neither ``client`` nor ``url`` is given."""
