@@ -137,6 +137,15 @@ def test_imports_point_down_and_stay_public() -> None:
     assert not found, "imports against the layering:\n" + "\n".join(map(str, found))
 
 
+MAX_LINES = 600
+
+
+def test_no_source_file_is_too_long_to_read_in_one_sitting() -> None:
+    lengths = {str(p.relative_to(SRC)): len(p.read_bytes().splitlines()) for p in SRC.rglob("*.py")}
+    long = {name: n for name, n in lengths.items() if n > MAX_LINES}
+    assert not long, f"split these below {MAX_LINES} lines: {long}"
+
+
 def test_the_checker_sees_every_kind_of_import(tmp_path: Path) -> None:
     """The scanner itself: function-local, TYPE_CHECKING and relative imports all count."""
     code = (
