@@ -16,7 +16,7 @@ import pytest
 
 from mnemoscope import __version__
 from mnemoscope.memory import LocalLongTermMemory
-from mnemoscope.middleware._agentic_files import render_memory_file
+from mnemoscope.memory.markdown._files import render_memory_file
 from mnemoscope.testing import HashEmbeddingModel
 
 CLEAN_ENV = {

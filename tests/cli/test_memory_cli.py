@@ -11,7 +11,7 @@ import pytest
 
 from mnemoscope.cli._demo import run_demo
 from mnemoscope.cli._memory import add_memory_parser, run_memory_command
-from mnemoscope.middleware._agentic_files import parse_index, render_memory_file
+from mnemoscope.memory.markdown._files import parse_index, render_memory_file
 
 
 def run(*argv: str) -> tuple[int, str]:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from mnemoscope.memory import AsyncSQLAlchemyMemory, LocalLongTermMemory, MemoryBase
+from mnemoscope.memory.markdown._files import render_memory_file
 from mnemoscope.message import (
     AssistantMsg,
     HintBlock,
@@ -25,7 +26,6 @@ from mnemoscope.message import (
     ToolUseBlock,
     UserMsg,
 )
-from mnemoscope.middleware._agentic_files import render_memory_file
 
 TOKENS = {"tok-alice": "alice", "tok-bob": "bob"}
 ALICE = {"Authorization": "Bearer tok-alice"}

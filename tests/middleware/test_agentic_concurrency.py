@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mnemoscope.middleware._agentic_files import parse_index, parse_memory_file
+from mnemoscope.memory.markdown._files import parse_index, parse_memory_file
 
 # One process: an agent whose scripted "model" saves memories the documented way (write the
 # file, then add its index line with Read + Edit) and, like a real model, reads the index
@@ -15,7 +15,7 @@ WRITER = r'''
 import asyncio, re, sys
 from mnemoscope.agent import Agent
 from mnemoscope.middleware import AgenticMemoryMiddleware
-from mnemoscope.middleware._agentic_files import render_memory_file
+from mnemoscope.memory.markdown._files import render_memory_file
 from mnemoscope.permission import PermissionMode
 from mnemoscope.testing import ScriptedChatModel, tool_call
 from mnemoscope.tool import Edit, Read, Toolkit, Write

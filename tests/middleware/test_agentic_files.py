@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mnemoscope.middleware._agentic_doctor import diagnose, rebuild_index, repair
-from mnemoscope.middleware._agentic_files import (
+from mnemoscope.memory.markdown._doctor import diagnose, rebuild_index, repair
+from mnemoscope.memory.markdown._files import (
     bound_index,
     index_line,
     parse_index,
     parse_memory_file,
     render_memory_file,
 )
-from mnemoscope.middleware._agentic_prompt import render_index_section
-from mnemoscope.middleware._agentic_ranker import BM25Ranker, tokenize
-from mnemoscope.middleware._agentic_store import MemoryStore
+from mnemoscope.memory.markdown._prompt import render_index_section
+from mnemoscope.memory.markdown._ranker import BM25Ranker, tokenize
+from mnemoscope.memory.markdown._store import MemoryStore
 from mnemoscope.model._tokens import estimate_tokens
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from mnemoscope.agent import Agent
 from mnemoscope.errors import ModelCallError, UserError
+from mnemoscope.memory.markdown._files import render_memory_file
 from mnemoscope.message import UserMsg
 from mnemoscope.middleware import (
     AgenticMemoryMiddleware,
@@ -18,7 +19,6 @@ from mnemoscope.middleware import (
     ReplyContext,
     ToolResultEvent,
 )
-from mnemoscope.middleware._agentic_files import render_memory_file
 from mnemoscope.permission import AdditionalWorkingDirectory, PermissionMode
 from mnemoscope.testing import ScriptedCall, ScriptedChatModel, tool_call
 from mnemoscope.tool import Edit, Read, Toolkit, Write

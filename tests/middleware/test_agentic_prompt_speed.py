@@ -11,11 +11,11 @@ import pytest
 
 from mnemoscope.agent import Agent
 from mnemoscope.errors import UserError
+from mnemoscope.memory.markdown._files import render_memory_file
+from mnemoscope.memory.markdown._store import MemoryStore
+from mnemoscope.memory.markdown._walk import RACY_WINDOW_NS, is_racy
 from mnemoscope.message import UserMsg
 from mnemoscope.middleware import AgenticMemoryMiddleware, ReplyContext
-from mnemoscope.middleware._agentic_files import render_memory_file
-from mnemoscope.middleware._agentic_store import MemoryStore
-from mnemoscope.middleware._agentic_walk import RACY_WINDOW_NS, is_racy
 from mnemoscope.permission import PermissionMode
 from mnemoscope.testing import ScriptedChatModel, tool_call
 from mnemoscope.tool import Edit, Read, Toolkit, Write

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from mnemoscope.agent import Agent
+from mnemoscope.memory.markdown._files import render_memory_file
 from mnemoscope.middleware import AgenticMemoryMiddleware, ToolResultEvent
-from mnemoscope.middleware._agentic_files import render_memory_file
 from mnemoscope.permission import PermissionMode
 from mnemoscope.testing import ScriptedCall, ScriptedChatModel, tool_call
 from mnemoscope.tool import Toolkit

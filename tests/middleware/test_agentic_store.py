@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mnemoscope.middleware._agentic_files import render_memory_file
-from mnemoscope.middleware._agentic_store import MemoryStore
+from mnemoscope.memory.markdown._files import render_memory_file
+from mnemoscope.memory.markdown._store import MemoryStore
 from mnemoscope.workspace import LocalBackend
 
 

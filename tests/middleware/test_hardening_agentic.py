@@ -13,10 +13,10 @@ import pytest
 
 from mnemoscope.agent import Agent
 from mnemoscope.errors import MemoryStoreError, UserError
+from mnemoscope.memory.markdown._doctor import diagnose, repair
+from mnemoscope.memory.markdown._files import render_memory_file
+from mnemoscope.memory.markdown._store import MAX_INDEX_BYTES, MemoryStore
 from mnemoscope.middleware import AgenticMemoryMiddleware, MemoryEvent, ToolResultEvent
-from mnemoscope.middleware._agentic_doctor import diagnose, repair
-from mnemoscope.middleware._agentic_files import render_memory_file
-from mnemoscope.middleware._agentic_store import MAX_INDEX_BYTES, MemoryStore
 from mnemoscope.permission import PermissionMode
 from mnemoscope.testing import ScriptedCall, ScriptedChatModel, tool_call
 from mnemoscope.tool import Edit, FunctionTool, Read, Toolkit, Write

@@ -12,6 +12,8 @@ from typing import Any
 
 from mnemoscope.agent import Agent
 from mnemoscope.memory import LocalLongTermMemory
+from mnemoscope.memory.markdown._files import MemoryFile, render_memory_file
+from mnemoscope.memory.markdown._prompt import render_hint
 from mnemoscope.message import (
     AssistantMsg,
     HintBlock,
@@ -22,8 +24,6 @@ from mnemoscope.message import (
     escape_injected,
 )
 from mnemoscope.middleware import AgenticMemoryMiddleware, LongTermMemoryMiddleware
-from mnemoscope.middleware._agentic_files import MemoryFile, render_memory_file
-from mnemoscope.middleware._agentic_prompt import render_hint
 from mnemoscope.middleware._long_term import format_memories
 from mnemoscope.model._anthropic_formatter import format_anthropic_messages
 from mnemoscope.model._openai_formatter import format_hint, format_openai_messages

@@ -30,6 +30,7 @@ from mnemoscope.agent import Agent
 from mnemoscope.cli._text import plural
 from mnemoscope.errors import MissingExtraError
 from mnemoscope.memory import LocalLongTermMemory, MemoryBase
+from mnemoscope.memory.markdown import render_memory_file
 from mnemoscope.middleware import (
     AgenticMemoryMiddleware,
     HintInjectedEvent,
@@ -40,7 +41,6 @@ from mnemoscope.middleware import (
     ToolResultEvent,
     ToolUseEvent,
 )
-from mnemoscope.middleware._agentic_files import render_memory_file
 from mnemoscope.permission import AdditionalWorkingDirectory, PermissionMode
 from mnemoscope.testing import HashEmbeddingModel, ScriptedCall, ScriptedChatModel, tool_call
 from mnemoscope.tool import Edit, Read, Toolkit, Write

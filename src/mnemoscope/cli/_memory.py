@@ -29,8 +29,7 @@ from mnemoscope.cli._text import CLIUsageError, merge_location, pick_location, p
 # the agentic memory modules are imported when a memory command runs, not when the
 # `mnemoscope` parser is built (`mnemoscope ltm ...` and `--version` do not need them)
 if TYPE_CHECKING:
-    from mnemoscope.middleware._agentic_doctor import Finding
-    from mnemoscope.middleware._agentic_store import MemoryStore
+    from mnemoscope.memory.markdown import Finding, MemoryStore
 
 
 def add_memory_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -123,8 +122,7 @@ def run_memory_command(args: argparse.Namespace, out: TextIO | None = None) -> i
         or os.environ.get("MNEMOSCOPE_WORKDIR")
         or os.getcwd()
     )
-    from mnemoscope.middleware._agentic_files import MEMORY_DIRNAME
-    from mnemoscope.middleware._agentic_store import MemoryStore
+    from mnemoscope.memory.markdown import MEMORY_DIRNAME, MemoryStore
 
     store = MemoryStore(workdir, memory_dirname=getattr(args, "memory_dir", None) or MEMORY_DIRNAME)
     as_json = bool(getattr(args, "json", False))
@@ -140,7 +138,7 @@ def _short(text: str | None, width: int) -> str:
 
 
 async def _ls(store: MemoryStore, args: argparse.Namespace, out: TextIO, as_json: bool) -> int:
-    from mnemoscope.middleware._agentic_files import format_age
+    from mnemoscope.memory.markdown import format_age
 
     scan = await store.scan()
     files = [f for f in scan.files if not args.type or f.type == args.type]
@@ -222,7 +220,7 @@ async def _search(store: MemoryStore, args: argparse.Namespace, out: TextIO, as_
 
 
 async def _doctor(store: MemoryStore, args: argparse.Namespace, out: TextIO, as_json: bool) -> int:
-    from mnemoscope.middleware._agentic_doctor import diagnose, repair
+    from mnemoscope.memory.markdown import diagnose, repair
 
     limits = {"index_max_lines": args.index_max_lines, "index_max_tokens": args.index_max_tokens}
     report = await diagnose(store, **limits)
@@ -304,7 +302,7 @@ async def _index(store: MemoryStore, args: argparse.Namespace, out: TextIO, as_j
     if not args.rebuild:
         out.write((await store.read_index()).text)
         return 0
-    from mnemoscope.middleware._agentic_doctor import rebuild_index
+    from mnemoscope.memory.markdown import rebuild_index
 
     progress(f"rebuilding {store.index_path} from the memory files...")
     files = await rebuild_index(store)

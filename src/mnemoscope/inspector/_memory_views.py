@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from mnemoscope.errors import MemoryStoreError, UserError
 from mnemoscope.inspector._app import Inspector, NotFoundError, Signed, form_of
 from mnemoscope.inspector._html import badge, csrf_field, e, url
-from mnemoscope.middleware._agentic_files import INDEX_FILENAME
+from mnemoscope.memory.markdown import INDEX_FILENAME
 from mnemoscope.workspace import WorkspaceError
 
 if TYPE_CHECKING:
@@ -269,7 +269,7 @@ async def memory_delete(insp: Inspector, request: Request, who: Signed) -> Respo
 
 # --------------------------------------------------------------- agentic memory
 def _store(insp: Inspector, who: Signed) -> Any:
-    from mnemoscope.middleware._agentic_store import MemoryStore
+    from mnemoscope.memory.markdown import MemoryStore
 
     workdir = insp.workdir_for(who.user) if insp.workdir_for is not None else None
     if workdir is None:
@@ -282,7 +282,7 @@ def _store(insp: Inspector, who: Signed) -> Any:
 
 async def _read_file(store: Any, name: str) -> tuple[str, str]:
     """``(text, exact version)`` of a memory file, read at its real path (no links)."""
-    from mnemoscope.middleware._agentic_store import MAX_MEMORY_FILE_BYTES
+    from mnemoscope.memory.markdown import MAX_MEMORY_FILE_BYTES
 
     root = await store.confine()
     path = posixpath.join(root, name)
@@ -311,7 +311,7 @@ def _editor(root: str, csrf: str, name: str, text: str, version: str) -> str:
 
 
 async def agentic_home(insp: Inspector, request: Request, who: Signed) -> Response:
-    from mnemoscope.middleware._agentic_doctor import diagnose
+    from mnemoscope.memory.markdown import diagnose
 
     store = _store(insp, who)
     index = await store.read_index()

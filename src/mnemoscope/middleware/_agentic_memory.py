@@ -67,32 +67,28 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from mnemoscope.errors import MemoryStoreError, MnemoscopeError, UserError
-from mnemoscope.message import HintBlock, Msg, SystemMsg, UserMsg
-from mnemoscope.middleware._agentic_files import (
+from mnemoscope.memory.markdown import (
+    DEFAULT_FULL_CHECK_INTERVAL,
+    DEFAULT_MEMORY_INSTRUCTIONS,
+    DEFAULT_RETRIEVAL_INSTRUCTIONS,
     INDEX_FILENAME,
+    MAX_INDEX_BYTES,
+    MAX_INDEX_LINE_CHARS,
     MEMORY_DIRNAME,
+    IndexSnapshot,
     IndexView,
     MemoryFile,
+    MemorySelection,
+    MemoryStore,
+    ScanResult,
     bound_index,
     parse_index,
     parse_memory_file,
-)
-from mnemoscope.middleware._agentic_prompt import (
-    DEFAULT_MEMORY_INSTRUCTIONS,
-    DEFAULT_RETRIEVAL_INSTRUCTIONS,
-    MemorySelection,
     render_hint,
     render_index_section,
     render_manifest,
 )
-from mnemoscope.middleware._agentic_store import (
-    DEFAULT_FULL_CHECK_INTERVAL,
-    MAX_INDEX_BYTES,
-    MAX_INDEX_LINE_CHARS,
-    IndexSnapshot,
-    MemoryStore,
-    ScanResult,
-)
+from mnemoscope.message import HintBlock, Msg, SystemMsg, UserMsg
 from mnemoscope.middleware._base import (
     ActingHandler,
     MiddlewareBase,
@@ -101,7 +97,7 @@ from mnemoscope.middleware._base import (
 )
 from mnemoscope.middleware._context import ActingContext, ReasoningContext, ReplyContext
 from mnemoscope.middleware._events import AgentEvent, MemoryEvent
-from mnemoscope.model._tokens import count_tokens
+from mnemoscope.model import count_tokens
 from mnemoscope.tool import record_read
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ the ranker) is reused as is. The store keeps the result of the latest scan that 
 Whether one is needed at all is told without looking at any file
 (:meth:`MemoryStore.refresh_if_stale`): by the directories' mtimes, ctimes and inodes, a
 counter of this process's writes, and a full walk at least every ``full_check_interval``
-seconds for files edited in place (see ``_agentic_walk``).
+seconds for files edited in place (see ``_walk``).
 ``MEMORY.md`` is read again only when its weak version (mtime, size, inode) changes
 (:meth:`MemoryStore.read_index_cached`), and at most :data:`MAX_INDEX_BYTES` of it are read,
 lines cut at :data:`MAX_INDEX_LINE_CHARS` characters (:class:`IndexSnapshot` says what
@@ -49,7 +49,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from mnemoscope.errors import MemoryStoreError, UserError
-from mnemoscope.middleware._agentic_files import (
+from mnemoscope.memory.markdown._files import (
     INDEX_FILENAME,
     MEMORY_DIRNAME,
     IndexSnapshot,
@@ -58,15 +58,15 @@ from mnemoscope.middleware._agentic_files import (
     cut_index_text,
     parse_memory_file,
 )
-from mnemoscope.middleware._agentic_paths import (
+from mnemoscope.memory.markdown._paths import (
     check_confined,
     confine_local,
     lexists,
     not_a_directory,
     read_inline,
 )
-from mnemoscope.middleware._agentic_ranker import BM25Ranker, RankerDoc, doc_terms
-from mnemoscope.middleware._agentic_walk import (
+from mnemoscope.memory.markdown._ranker import BM25Ranker, RankerDoc, doc_terms
+from mnemoscope.memory.markdown._walk import (
     MAX_FILES,
     MAX_MEMORY_FILE_BYTES,
     TMP_PREFIX,
@@ -82,7 +82,7 @@ from mnemoscope.middleware._agentic_walk import (
     scan_local_compare,
     unchanged,
 )
-from mnemoscope.middleware._agentic_walk import linked as _linked
+from mnemoscope.memory.markdown._walk import linked as _linked
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -454,7 +454,7 @@ class MemoryStore:
         "Nothing changed" is decided without looking at any file: no write through this
         library since (in this process), every directory the scan listed still has the
         mtime, ctime and inode it had then, none of them had changed just before (see
-        :data:`~mnemoscope.middleware._agentic_walk.RACY_WINDOW_NS`), and the scan is
+        :data:`~mnemoscope.memory.markdown._walk.RACY_WINDOW_NS`), and the scan is
         younger than :attr:`full_check_interval`. On the local disk that is one ``lstat``
         per directory, inline, and the future returned is already done; on other backends
         one ``stat`` per directory, in the background task returned. So a file another

@@ -1,6 +1,6 @@
 """The local-disk walk of a memory directory, and the marks that say it needs no new walk.
 
-Used by :class:`~mnemoscope.middleware._agentic_store.MemoryStore`. A full scan walks the
+Used by :class:`~mnemoscope.memory.markdown._store.MemoryStore`. A full scan walks the
 directory tree and records, for every directory it lists, a :data:`DirMark`: the
 directory's mtime, ctime and inode, taken from its open descriptor *before* it is listed.
 Any entry created, removed, renamed or replaced in a directory changes that directory's
@@ -38,10 +38,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mnemoscope.errors import MemoryStoreError
-from mnemoscope.middleware._agentic_files import INDEX_FILENAME
+from mnemoscope.memory.markdown._files import INDEX_FILENAME
 
 if TYPE_CHECKING:
-    from mnemoscope.middleware._agentic_files import MemoryFile
+    from mnemoscope.memory.markdown._files import MemoryFile
 
 MAX_MEMORY_FILE_BYTES = 256 * 1024
 """Memory files larger than this are reported invalid and not read for retrieval."""

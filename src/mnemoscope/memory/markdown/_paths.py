@@ -1,6 +1,6 @@
 """Paths of a memory directory: confinement checks and inline reads on the local disk.
 
-Used by :class:`~mnemoscope.middleware._agentic_store.MemoryStore`. The per-reply checks
+Used by :class:`~mnemoscope.memory.markdown._store.MemoryStore`. The per-reply checks
 (where the memory directory really is, whether ``MEMORY.md`` exists) are a few system
 calls each, so on the local disk they run inline on the event loop: a hop to a worker
 thread would cost more than they do.

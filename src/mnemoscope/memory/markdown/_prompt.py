@@ -6,13 +6,13 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from mnemoscope.message import escape_attribute, escape_injected
-from mnemoscope.middleware._agentic_files import (
+from mnemoscope.memory.markdown._files import (
     INDEX_FILENAME,
     IndexView,
     MemoryFile,
     format_age,
 )
+from mnemoscope.message import escape_attribute, escape_injected
 
 DEFAULT_MEMORY_INSTRUCTIONS = """\
 # Long-term memory

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mnemoscope.errors import MemoryStoreError
-from mnemoscope.middleware._agentic_files import (
+from mnemoscope.memory.markdown._files import (
     INDEX_FILENAME,
     MEMORY_TYPES,
     IndexEntry,
@@ -27,15 +27,15 @@ from mnemoscope.middleware._agentic_files import (
     parse_index,
     render_memory_file,
 )
-from mnemoscope.middleware._agentic_ranker import tokenize
-from mnemoscope.middleware._agentic_store import (
+from mnemoscope.memory.markdown._ranker import tokenize
+from mnemoscope.memory.markdown._store import (
     MAX_INDEX_BYTES,
     MAX_INDEX_LINE_CHARS,
     IndexSnapshot,
     MemoryStore,
     ScanResult,
 )
-from mnemoscope.model._tokens import count_tokens
+from mnemoscope.model import count_tokens
 
 NEAR_DUPLICATE_JACCARD = 0.8
 """Two memories whose term sets overlap this much (Jaccard) are reported as near-duplicates."""
