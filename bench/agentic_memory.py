@@ -140,9 +140,9 @@ async def reply_prompt(mw: Any, agent: Any, *, settle: bool = True) -> str:
 
 async def bench_mnemoscope(root: Path, repeat: int) -> dict[str, float]:
     from mnemoscope.agent import Agent
+    from mnemoscope.memory.markdown._prompt import render_manifest
+    from mnemoscope.memory.markdown._walk import RACY_WINDOW_NS
     from mnemoscope.middleware import AgenticMemoryMiddleware
-    from mnemoscope.middleware._agentic_prompt import render_manifest
-    from mnemoscope.middleware._agentic_walk import RACY_WINDOW_NS
     from mnemoscope.testing import ScriptedChatModel
 
     def fresh() -> tuple[Any, Any]:
@@ -283,7 +283,7 @@ def _norm_ids(raw: list[str]) -> set[str]:
 
 def locomo_corpus(sample: dict[str, Any], group: int = 5) -> tuple[list[Any], dict[str, str]]:
     """Memory files of one conversation and the turn id -> file name map."""
-    from mnemoscope.middleware._agentic_files import parse_memory_file, render_memory_file
+    from mnemoscope.memory.markdown._files import parse_memory_file, render_memory_file
 
     conv = sample["conversation"]
     speakers = f"{conv['speaker_a']} & {conv['speaker_b']}"
@@ -314,7 +314,7 @@ def locomo_corpus(sample: dict[str, Any], group: int = 5) -> tuple[list[Any], di
 
 
 def bench_recall(path: str, ks: tuple[int, ...] = (1, 5, 10, 20)) -> dict[str, Any]:
-    from mnemoscope.middleware._agentic_ranker import BM25Ranker, RankerDoc
+    from mnemoscope.memory.markdown._ranker import BM25Ranker, RankerDoc
 
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     per_cat: dict[int, dict[str, list[float]]] = {}

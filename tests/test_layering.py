@@ -132,9 +132,45 @@ def test_every_package_has_a_layer() -> None:
     assert not missing, f"add these to LAYERS in {__file__}: {missing}"
 
 
+# The structural debt still open (issue 17), as (file, imported module). The list may only
+# shrink: a new violation fails, and so does an entry here that no longer occurs.
+KNOWN: frozenset[tuple[str, str]] = frozenset(
+    {
+        # the OpenAI embedder shares the chat adapter's timeout and error classifier
+        ("src/mnemoscope/embedding/_dashscope.py", "mnemoscope.model._openai"),
+        ("src/mnemoscope/embedding/_openai.py", "mnemoscope.model._openai"),
+        # middleware hooks are typed against the whole Agent, not a narrow protocol
+        ("src/mnemoscope/middleware/_agentic_memory.py", "mnemoscope.agent"),
+        ("src/mnemoscope/middleware/_base.py", "mnemoscope.agent"),
+        ("src/mnemoscope/middleware/_context.py", "mnemoscope.agent"),
+        ("src/mnemoscope/middleware/_long_term.py", "mnemoscope.agent"),
+        ("src/mnemoscope/middleware/_mem0.py", "mnemoscope.agent"),
+        # ToolContext carries the reply instead of emit + reply_id
+        ("src/mnemoscope/tool/_base.py", "mnemoscope.middleware"),
+        # WorkspaceBase.list_tools builds the file tools
+        ("src/mnemoscope/workspace/_base.py", "mnemoscope.tool"),
+        ("src/mnemoscope/workspace/_base.py", "mnemoscope.tool._file_tools"),
+    }
+)
+LONG_FILES = frozenset(
+    {
+        "memory/_local_ltm.py",
+        "memory/_mem0.py",
+        "memory/_redis.py",
+        "memory/_sqlalchemy.py",
+        "memory/markdown/_store.py",
+        "middleware/_agentic_memory.py",
+        "tool/_file_tools.py",
+    }
+)
+
+
 def test_imports_point_down_and_stay_public() -> None:
     found = violations()
-    assert not found, "imports against the layering:\n" + "\n".join(map(str, found))
+    new = [v for v in found if (v.file, v.target) not in KNOWN]
+    assert not new, "imports against the layering:\n" + "\n".join(map(str, new))
+    gone = KNOWN - {(v.file, v.target) for v in found}
+    assert not gone, f"fixed, so remove from KNOWN in {__file__}: {sorted(gone)}"
 
 
 MAX_LINES = 600
@@ -142,8 +178,10 @@ MAX_LINES = 600
 
 def test_no_source_file_is_too_long_to_read_in_one_sitting() -> None:
     lengths = {str(p.relative_to(SRC)): len(p.read_bytes().splitlines()) for p in SRC.rglob("*.py")}
-    long = {name: n for name, n in lengths.items() if n > MAX_LINES}
+    long = {name: n for name, n in lengths.items() if n > MAX_LINES and name not in LONG_FILES}
     assert not long, f"split these below {MAX_LINES} lines: {long}"
+    fixed = {name for name in LONG_FILES if lengths.get(name, 0) <= MAX_LINES}
+    assert not fixed, f"short enough now, so remove from LONG_FILES: {sorted(fixed)}"
 
 
 def test_the_checker_sees_every_kind_of_import(tmp_path: Path) -> None:

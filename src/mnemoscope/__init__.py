@@ -1,3 +1,5 @@
 """mnemoscope: context and memory for LLM agents."""
 
-__version__ = "0.1.0"
+from mnemoscope._version import __version__
+
+__all__ = ["__version__"]

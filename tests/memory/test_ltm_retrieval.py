@@ -13,10 +13,10 @@ import pytest
 
 from mnemoscope.memory._local_ltm import LocalLongTermMemory
 from mnemoscope.memory._ltm_search import DEFAULT_SETTINGS, RetrievalSettings
-from mnemoscope.memory._ltm_stem import stem
 from mnemoscope.memory._ltm_text import index_terms, names_time, time_query
 from mnemoscope.message import UserMsg
 from mnemoscope.testing import HashEmbeddingModel
+from mnemoscope.text import stem
 
 FTS5 = RetrievalSettings(lexical_engine="fts5")  # what the store ranked by before
 

@@ -36,9 +36,14 @@ from mnemoscope.middleware import (
     ToolUseEvent,
 )
 from mnemoscope.permission import PermissionDecision, PermissionRequest
-from mnemoscope.tool import ToolBase, ToolContext, Toolkit
-from mnemoscope.tool._base import permission_paths_of
-from mnemoscope.tool._output import describe_exception, must_propagate
+from mnemoscope.tool import (
+    ToolBase,
+    ToolContext,
+    Toolkit,
+    describe_exception,
+    must_propagate,
+    permission_paths_of,
+)
 
 if TYPE_CHECKING:
     from mnemoscope.agent._agent import Agent

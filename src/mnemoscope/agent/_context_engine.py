@@ -35,9 +35,8 @@ from mnemoscope.context import (
     write_summary,
 )
 from mnemoscope.message import Msg
-from mnemoscope.middleware import AgentEvent, ReplyContext
-from mnemoscope.middleware._events import CompactionEvent, ContextEvent
-from mnemoscope.tool._output import describe_exception, must_propagate
+from mnemoscope.middleware import AgentEvent, CompactionEvent, ContextEvent, ReplyContext
+from mnemoscope.tool import describe_exception, must_propagate
 
 if TYPE_CHECKING:
     from mnemoscope.agent._agent import Agent

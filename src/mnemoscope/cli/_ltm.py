@@ -217,7 +217,7 @@ def _scope(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _open(db: str, *, embedder: Any = None, read_only: bool = True) -> Any:
-    from mnemoscope.memory._local_ltm import LocalLongTermMemory
+    from mnemoscope.memory import LocalLongTermMemory
 
     return LocalLongTermMemory(db, embedding_model=embedder, read_only=read_only, create=False)
 
@@ -257,7 +257,7 @@ def _expected(name: str, args: argparse.Namespace) -> tuple[str, int]:
         return model.model, model.dimensions
     if name == "hash":
         return "hash-embedding", 256
-    from mnemoscope.embedding._local import DEFAULT_LOCAL_MODEL
+    from mnemoscope.embedding import DEFAULT_LOCAL_MODEL
 
     return DEFAULT_LOCAL_MODEL, 384
 
@@ -455,8 +455,7 @@ async def _build_embedder(args: argparse.Namespace, db: str, out: TextIO) -> int
     """``ltm build-embedder OUT_DIR``: distil a static embedder (``db`` is unused)."""
     import time
 
-    from mnemoscope.embedding import build_static_embedder
-    from mnemoscope.embedding._static_build import static_model_name
+    from mnemoscope.embedding import build_static_embedder, static_model_name
 
     if not 1 <= args.dims <= 384:
         raise CLIUsageError(f"--dims must be between 1 and 384 (MiniLM's size), got {args.dims}")

@@ -31,7 +31,7 @@ def _version() -> str:
     try:
         return version("mnemoscope")
     except PackageNotFoundError:  # running from a source tree that is not installed
-        from mnemoscope import __version__
+        from mnemoscope._version import __version__
 
         return __version__
 

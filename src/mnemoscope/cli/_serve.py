@@ -44,7 +44,7 @@ def add_serve_parser(sub: Any) -> None:
 
 def run_serve(args: argparse.Namespace) -> int:
     from mnemoscope._optional import require
-    from mnemoscope.service._asgi import ENV_PREFIX, app_from_env
+    from mnemoscope.service import ENV_PREFIX, app_from_env
 
     uvicorn = require("uvicorn", extra="service", feature="mnemoscope serve")
     if args.workers < 1:

@@ -26,8 +26,8 @@ from typing import Any
 from mnemoscope.context._policy import PinBudgetError
 from mnemoscope.context._recall import RecallIndex, render_recalled, render_turn, searchable_text
 from mnemoscope.message import HintBlock, Msg, SystemMsg, ToolResultBlock, ToolUseBlock, UserMsg
-from mnemoscope.model._tokens import HUGE_TEXT_CHARS, count_tokens, fast_estimate_tokens
-from mnemoscope.model._tokens import TokenCounter as TokenCounterLike
+from mnemoscope.model import HUGE_TEXT_CHARS, count_tokens, fast_estimate_tokens
+from mnemoscope.model import TokenCounter as TokenCounterLike
 
 PER_MESSAGE_OVERHEAD = 4
 """Tokens charged per message for role/name framing (OpenAI's documented ~3-4)."""

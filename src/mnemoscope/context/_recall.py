@@ -16,8 +16,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from mnemoscope.memory._ltm_stem import stem
 from mnemoscope.message import HintBlock, Msg, TextBlock, ToolResultBlock, ToolUseBlock
+from mnemoscope.text import stem
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _STOP_WORDS = (

@@ -20,13 +20,14 @@ from mnemoscope.embedding._base import EmbeddingModelBase
 if TYPE_CHECKING:
     from mnemoscope.embedding._dashscope import DashScopeEmbeddingModel
     from mnemoscope.embedding._local import LocalEmbeddingModel
-    from mnemoscope.embedding._onnx import OnnxEmbeddingModel
+    from mnemoscope.embedding._onnx import DEFAULT_LOCAL_MODEL, OnnxEmbeddingModel
     from mnemoscope.embedding._openai import OpenAIEmbeddingModel
     from mnemoscope.embedding._static import StaticEmbeddingModel
-    from mnemoscope.embedding._static_build import build_static_embedder
+    from mnemoscope.embedding._static_build import build_static_embedder, static_model_name
     from mnemoscope.embedding._torch import SentenceTransformerEmbedding
 
 __all__ = [
+    "DEFAULT_LOCAL_MODEL",
     "DashScopeEmbeddingModel",
     "EmbeddingModelBase",
     "LocalEmbeddingModel",
@@ -35,9 +36,12 @@ __all__ = [
     "SentenceTransformerEmbedding",
     "StaticEmbeddingModel",
     "build_static_embedder",
+    "static_model_name",
 ]
 
 _LAZY = {
+    "DEFAULT_LOCAL_MODEL": "mnemoscope.embedding._onnx",
+    "static_model_name": "mnemoscope.embedding._static_build",
     "DashScopeEmbeddingModel": "mnemoscope.embedding._dashscope",
     "LocalEmbeddingModel": "mnemoscope.embedding._local",
     "OnnxEmbeddingModel": "mnemoscope.embedding._onnx",

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mnemoscope.errors import MemoryStoreError, UserError
-from mnemoscope.memory._redis_keys import escape_key_part, session_key_base, unescape_key_part
+from mnemoscope.memory import escape_key_part, session_key_base, unescape_key_part
 from mnemoscope.message import Msg
 
 MAX_PAGE = 1_000
@@ -125,8 +125,7 @@ class SQLSessionReader(SessionReaderBase):
     """
 
     def __init__(self, engine: Any, *, table_prefix: str = "mnemoscope") -> None:
-        from mnemoscope.memory._sqlalchemy import AsyncSQLAlchemyMemory
-        from mnemoscope.memory._sqlalchemy_common import make_tables
+        from mnemoscope.memory import AsyncSQLAlchemyMemory, make_tables
 
         if not table_prefix.isidentifier():
             raise UserError(f"table_prefix must be an identifier, got {table_prefix!r}")
@@ -240,7 +239,11 @@ class RedisSessionReader(SessionReaderBase):
     """
 
     def __init__(self, client: Any, *, key_prefix: str = "mnemoscope") -> None:
-        from mnemoscope.memory._redis import redis_asyncio
+        from mnemoscope._optional import require
+
+        redis_asyncio = require(
+            "redis.asyncio", extra="redis", feature="the inspector's Redis reader"
+        )
 
         if not key_prefix or "{" in key_prefix or "}" in key_prefix:
             raise UserError(

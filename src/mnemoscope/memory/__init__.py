@@ -23,6 +23,7 @@ from mnemoscope.memory._long_term_base import (
     RecordEvent,
     RecordResult,
 )
+from mnemoscope.memory._redis_keys import escape_key_part, session_key_base, unescape_key_part
 
 if TYPE_CHECKING:
     from mnemoscope.memory._local_ltm import LocalLongTermMemory
@@ -30,8 +31,10 @@ if TYPE_CHECKING:
     from mnemoscope.memory._mem0 import Mem0LongTermMemory
     from mnemoscope.memory._redis import RedisMemory
     from mnemoscope.memory._sqlalchemy import AsyncSQLAlchemyMemory
+    from mnemoscope.memory._sqlalchemy_common import make_tables
 
 _LAZY = {
+    "make_tables": "mnemoscope.memory._sqlalchemy_common",
     "HistoryEntry": "mnemoscope.memory._ltm_schema",
     "LocalLongTermMemory": "mnemoscope.memory._local_ltm",
     "StoredMemoryItem": "mnemoscope.memory._ltm_schema",
@@ -67,4 +70,8 @@ __all__ = [
     "RedisMemory",
     "StoredMemoryItem",
     "StoredMsg",
+    "escape_key_part",
+    "make_tables",
+    "session_key_base",
+    "unescape_key_part",
 ]

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from mnemoscope.embedding._base import EmbeddingModelBase
+from mnemoscope.embedding import EmbeddingModelBase
 from mnemoscope.errors import MemoryStoreError, UserError
 from mnemoscope.memory import _ltm_index as vec
 from mnemoscope.memory._long_term_base import (

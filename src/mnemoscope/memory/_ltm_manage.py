@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from mnemoscope.embedding._base import EmbeddingModelBase
+from mnemoscope.embedding import EmbeddingModelBase
 from mnemoscope.errors import UserError
 from mnemoscope.memory import _ltm_index as vec
 from mnemoscope.memory._ltm_schema import (

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-from mnemoscope.embedding._base import EmbeddingModelBase
+from mnemoscope.embedding import EmbeddingModelBase
 from mnemoscope.errors import UserError
 from mnemoscope.memory import _ltm_index as vec
 from mnemoscope.memory import _ltm_lexicon as lx

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from mnemoscope.memory._ltm_stem import stem
+from mnemoscope.text import stem
 
 # English function words. BM25 already gives them a low IDF, but with the query terms
 # OR-ed a question such as "What did she do in May?" would otherwise match every row

@@ -59,7 +59,7 @@ from typing import Any, TypeVar
 
 from mnemoscope._optional import require
 from mnemoscope._redact import redact_text, redact_url
-from mnemoscope.embedding._base import EmbeddingModelBase
+from mnemoscope.embedding import EmbeddingModelBase
 from mnemoscope.errors import MemoryExtractionError, MemoryStoreError, UserError
 from mnemoscope.memory._long_term_base import (
     LongTermMemoryBase,

@@ -28,7 +28,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from mnemoscope._optional import require
-from mnemoscope.embedding._base import EmbeddingModelBase
+from mnemoscope.embedding import EmbeddingModelBase
 from mnemoscope.errors import MemoryExtractionError, ModelCallError
 from mnemoscope.message import AssistantMsg, Msg, SystemMsg, UserMsg
 from mnemoscope.model import ChatModelBase, ChatResponse, ToolSchema

@@ -28,12 +28,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mnemoscope.errors import UserError
-from mnemoscope.memory._mem0 import Mem0LongTermMemory
+from mnemoscope.memory import Mem0LongTermMemory
 from mnemoscope.middleware._long_term import LongTermMemoryMiddleware, Mode
 
 if TYPE_CHECKING:
     from mnemoscope.agent import Agent
-    from mnemoscope.embedding._base import EmbeddingModelBase
+    from mnemoscope.embedding import EmbeddingModelBase
     from mnemoscope.model import ChatModelBase
 
 

@@ -9,10 +9,18 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from mnemoscope.model._anthropic_formatter import format_anthropic_messages
 from mnemoscope.model._base import ChatModelBase, ToolSchema
-from mnemoscope.model._openai_formatter import RAW_ARGUMENTS_KEY
+from mnemoscope.model._openai_formatter import RAW_ARGUMENTS_KEY, format_openai_messages
 from mnemoscope.model._response import ChatChunk, ChatResponse, ChatUsage, ToolChoice
-from mnemoscope.model._tokens import count_tokens, estimate_tokens, tokenizer_name
+from mnemoscope.model._tokens import (
+    HUGE_TEXT_CHARS,
+    TokenCounter,
+    count_tokens,
+    estimate_tokens,
+    fast_estimate_tokens,
+    tokenizer_name,
+)
 
 if TYPE_CHECKING:
     from mnemoscope.model._anthropic import AnthropicChatModel
@@ -20,6 +28,7 @@ if TYPE_CHECKING:
     from mnemoscope.model._openai import OpenAIChatModel
 
 __all__ = [
+    "HUGE_TEXT_CHARS",
     "RAW_ARGUMENTS_KEY",
     "AnthropicChatModel",
     "ChatChunk",
@@ -28,10 +37,14 @@ __all__ = [
     "ChatUsage",
     "DashScopeChatModel",
     "OpenAIChatModel",
+    "TokenCounter",
     "ToolChoice",
     "ToolSchema",
     "count_tokens",
     "estimate_tokens",
+    "fast_estimate_tokens",
+    "format_anthropic_messages",
+    "format_openai_messages",
     "tokenizer_name",
 ]
 

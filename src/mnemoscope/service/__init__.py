@@ -30,10 +30,13 @@ from mnemoscope.service._store import (
 
 if TYPE_CHECKING:
     from mnemoscope.service._app import create_app
+    from mnemoscope.service._asgi import ENV_PREFIX, app_from_env
     from mnemoscope.service._pg_store import PostgresServiceStore
     from mnemoscope.service._redis_store import RedisServiceStore
 
 _LAZY = {
+    "ENV_PREFIX": "mnemoscope.service._asgi",
+    "app_from_env": "mnemoscope.service._asgi",
     "create_app": "mnemoscope.service._app",
     "PostgresServiceStore": "mnemoscope.service._pg_store",
     "RedisServiceStore": "mnemoscope.service._redis_store",
@@ -49,6 +52,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "ENV_PREFIX",
     "TERMINAL_TYPES",
     "InMemoryServiceStore",
     "PostgresServiceStore",
@@ -63,6 +67,7 @@ __all__ = [
     "StaticTokens",
     "StoredEvent",
     "TokenFile",
+    "app_from_env",
     "create_app",
     "parse_tokens",
     "store_from_url",

@@ -21,7 +21,7 @@ import itertools
 import math
 import re
 
-from mnemoscope.embedding._base import EmbeddingModelBase
+from mnemoscope.embedding import EmbeddingModelBase
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")

@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mnemoscope.message import Msg
-from mnemoscope.model._anthropic_formatter import format_anthropic_messages
-from mnemoscope.model._openai_formatter import format_openai_messages
+from mnemoscope.model import format_anthropic_messages, format_openai_messages
 
 
 def assert_tool_pairs(messages: Sequence[Msg]) -> None:

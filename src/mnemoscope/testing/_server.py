@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from mnemoscope.model._tokens import estimate_tokens
+from mnemoscope.model import estimate_tokens
 from mnemoscope.testing._anthropic_wire import anthropic_events, anthropic_message
 from mnemoscope.testing._hash_embedding import hash_embedding
 

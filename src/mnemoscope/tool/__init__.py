@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from mnemoscope.tool._base import PathAccess, ToolBase, ToolContext, ToolResult
+from mnemoscope.tool._base import (
+    PathAccess,
+    ToolBase,
+    ToolContext,
+    ToolResult,
+    permission_paths_of,
+)
 from mnemoscope.tool._function import FunctionTool, function_tool, parse_docstring
+from mnemoscope.tool._output import describe_exception, must_propagate
 from mnemoscope.tool._read_output import ReadToolOutput
 from mnemoscope.tool._recall_tool import RecallTool
 from mnemoscope.tool._toolkit import Toolkit
@@ -36,8 +43,11 @@ __all__ = [
     "ToolResult",
     "Toolkit",
     "Write",
+    "describe_exception",
     "function_tool",
+    "must_propagate",
     "parse_docstring",
+    "permission_paths_of",
     "read_version",
     "record_read",
 ]

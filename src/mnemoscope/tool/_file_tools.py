@@ -37,12 +37,13 @@ from mnemoscope.workspace import (
     ABSENT,
     BackendBase,
     FileChangedError,
+    FsError,
     LocalBackend,
     WorkspaceError,
     WriteResult,
+    decode_text,
+    split_lines,
 )
-from mnemoscope.workspace._fsops import FsError, decode_text
-from mnemoscope.workspace._fsops_text import split_lines
 
 if TYPE_CHECKING:
     from mnemoscope.permission import PermissionDecision
@@ -82,7 +83,7 @@ def record_read(tool_state: dict[str, Any], backend: BackendBase, path: str, ver
     Raises:
         UserError: ``version`` is a weak token from ``stat(hash=False)`` or ``list``.
     """
-    from mnemoscope.workspace._fsops import is_weak_version
+    from mnemoscope.workspace import is_weak_version
 
     if version != ABSENT and is_weak_version(version):
         raise UserError(

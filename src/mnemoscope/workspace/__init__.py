@@ -22,10 +22,14 @@ from mnemoscope.workspace._base import (
     WorkspaceError,
     WorkspaceFileNotFoundError,
     WriteResult,
+    make_error,
 )
 from mnemoscope.workspace._bubblewrap import BubblewrapBackend, BubblewrapWorkspace
 from mnemoscope.workspace._docker import DockerBackend, DockerWorkspace
 from mnemoscope.workspace._e2b import E2BBackend, E2BWorkspace
+from mnemoscope.workspace._fsops import FsError, decode_text, fd_path, is_weak_version
+from mnemoscope.workspace._fsops import dispatch as dispatch_fsop
+from mnemoscope.workspace._fsops_text import split_lines
 from mnemoscope.workspace._local import LocalBackend, LocalWorkspace
 
 __all__ = [
@@ -43,6 +47,7 @@ __all__ = [
     "FileChangedError",
     "FileContent",
     "FileStat",
+    "FsError",
     "GrepMatch",
     "GrepResult",
     "LocalBackend",
@@ -52,4 +57,10 @@ __all__ = [
     "WorkspaceError",
     "WorkspaceFileNotFoundError",
     "WriteResult",
+    "decode_text",
+    "dispatch_fsop",
+    "fd_path",
+    "is_weak_version",
+    "make_error",
+    "split_lines",
 ]

@@ -52,12 +52,11 @@ def confine_local(workdir: str, memdir: str) -> tuple[str, str]:
 def read_inline(path: str, root: str, max_bytes: int) -> FileContent:
     """What ``LocalBackend().read_file(path, roots=[root], max_bytes=...)`` returns, in this
     thread (the same ``_fsops`` operation, its errors mapped the same way)."""
-    from mnemoscope.workspace import FileContent, FileStat, _fsops
-    from mnemoscope.workspace._base import make_error
+    from mnemoscope.workspace import FileContent, FileStat, FsError, dispatch_fsop, make_error
 
     try:
-        res = _fsops.dispatch("read", {"path": path, "roots": [root], "max_bytes": max_bytes})
-    except _fsops.FsError as exc:
+        res = dispatch_fsop("read", {"path": path, "roots": [root], "max_bytes": max_bytes})
+    except FsError as exc:
         raise make_error(exc.code, exc.message) from None
     return FileContent(res["data"], FileStat.from_dict(res["stat"]))
 

@@ -246,7 +246,7 @@ def _read_entry(dfd: int, name: str) -> str | None:
 
 def open_root(root: str) -> int:
     """Open the memory directory, checking the descriptor is really ``root`` (no link)."""
-    from mnemoscope.workspace._fsops import FsError, fd_path
+    from mnemoscope.workspace import FsError, fd_path
 
     try:
         fd = os.open(root, _DIR_FLAGS)
