@@ -128,3 +128,15 @@ def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "anthropic", None)
     with pytest.raises(MissingExtraError, match=r"'anthropic' extra.*mnemoscope\[anthropic\]"):
         AnthropicChatModel("claude", api_key=KEY)
+
+
+async def test_unreachable_server_is_reported_as_unreachable() -> None:
+    # the classifier once knew only the openai SDK's classes: this said "unusable response"
+    async with OpenAICompatServer() as srv:
+        url = srv.root_url
+    model = AnthropicChatModel("claude-test", api_key=KEY, base_url=url, max_retries=0, timeout=5)
+    try:
+        with pytest.raises(ModelCallError, match="could not be reached.*is the server running"):
+            await model([UserMsg("a", "hi")])
+    finally:
+        await model.aclose()

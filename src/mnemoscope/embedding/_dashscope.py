@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import openai
 
+from mnemoscope._http import DEFAULT_TIMEOUT
 from mnemoscope.credential import DashScopeCredential
 from mnemoscope.embedding._openai import OpenAIEmbeddingModel
 from mnemoscope.errors import UserError
-from mnemoscope.model._openai import DEFAULT_TIMEOUT
 
 DASHSCOPE_MAX_BATCH = 10
 """DashScope's compatible-mode embeddings accept at most 10 texts per request."""

@@ -18,11 +18,11 @@ from typing import Any
 
 import openai
 
+from mnemoscope._http import DEFAULT_TIMEOUT, model_call_error
 from mnemoscope._redact import redact_url
 from mnemoscope.credential import CredentialBase, OpenAICredential
 from mnemoscope.embedding._base import EmbeddingModelBase
 from mnemoscope.errors import ModelCallError, UserError
-from mnemoscope.model._openai import DEFAULT_TIMEOUT, model_call_error
 
 _DIMENSIONS_PREFIXES = ("text-embedding-3", "text-embedding-v3", "text-embedding-v4")
 
@@ -103,7 +103,14 @@ class OpenAIEmbeddingModel(EmbeddingModelBase):
         try:
             response = await self._client.embeddings.create(**request)
         except openai.OpenAIError as exc:
-            raise model_call_error(self.provider, self.model, self.base_url, exc) from exc
+            raise model_call_error(
+                self.provider,
+                self.model,
+                self.base_url,
+                exc,
+                timeout_errors=(openai.APITimeoutError,),
+                connection_errors=(openai.APIConnectionError,),
+            ) from exc
         items = sorted(response.data, key=lambda d: d.index)
         if len(items) != len(texts):
             raise ModelCallError(

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from mnemoscope._http import DEFAULT_TIMEOUT, model_call_error
 from mnemoscope._optional import require
 from mnemoscope._redact import redact_url
 from mnemoscope.credential import AnthropicCredential
@@ -38,7 +39,6 @@ from mnemoscope.model._anthropic_formatter import (
     parse_anthropic_response,
 )
 from mnemoscope.model._base import ChatModelBase, ToolSchema
-from mnemoscope.model._openai import DEFAULT_TIMEOUT, model_call_error
 from mnemoscope.model._response import ChatChunk, ChatResponse, ToolChoice
 from mnemoscope.model._tokens import TokenCounter
 
@@ -128,7 +128,15 @@ class AnthropicChatModel(ChatModelBase):
         return request
 
     def _error(self, exc: Exception) -> ModelCallError:
-        return model_call_error(self.provider, self.model, self.base_url, exc)
+        anthropic = self._sdk
+        return model_call_error(
+            self.provider,
+            self.model,
+            self.base_url,
+            exc,
+            timeout_errors=(anthropic.APITimeoutError,),
+            connection_errors=(anthropic.APIConnectionError,),
+        )
 
     async def _call(
         self,

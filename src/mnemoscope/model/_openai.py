@@ -25,7 +25,9 @@ from typing import Any
 
 import openai
 
-from mnemoscope._redact import redact_text, redact_url, scrub_exception
+from mnemoscope._http import DEFAULT_TIMEOUT
+from mnemoscope._http import model_call_error as describe_call_error
+from mnemoscope._redact import redact_url
 from mnemoscope.credential import CredentialBase, OpenAICredential
 from mnemoscope.errors import ModelCallError, UserError
 from mnemoscope.message import Msg
@@ -39,9 +41,6 @@ from mnemoscope.model._openai_formatter import (
 )
 from mnemoscope.model._response import ChatChunk, ChatResponse, ToolChoice
 from mnemoscope.model._tokens import TokenCounter
-
-DEFAULT_TIMEOUT = 120.0
-"""Seconds before a model call times out (per HTTP request)."""
 
 
 @functools.cache
@@ -74,37 +73,15 @@ def split_generate_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 def model_call_error(
     provider: str, model: str, base_url: str | None, exc: Exception
 ) -> ModelCallError:
-    """A :class:`ModelCallError` describing an SDK exception (status, provider, model).
-
-    Secrets in URLs (a password in ``base_url``, ``?api_key=...`` echoed by a server) are
-    masked in the message and in the messages of ``exc`` and its causes, which tracebacks
-    show (see :mod:`mnemoscope._redact`).
-    """
-    scrub_exception(exc)
-    where = f"{provider} model {model!r}" + (f" at {base_url}" if base_url else "")
-    status = getattr(exc, "status_code", None)
-    if status is not None:
-        body = getattr(exc, "body", None)
-        detail = body.get("message") if isinstance(body, dict) else None
-        if isinstance(body, dict) and isinstance(body.get("error"), dict):
-            detail = body["error"].get("message") or detail
-        detail = detail or getattr(exc, "message", None) or str(exc)
-        hint = {
-            401: " (check the API key)",
-            403: " (check the API key's permissions)",
-            404: " (check the model name and base_url)",
-            429: " (rate limited; retry later or lower the request rate)",
-        }.get(status, "")
-        msg = f"{where} failed with HTTP {status}: {detail}{hint}"
-    elif isinstance(exc, openai.APITimeoutError | TimeoutError):
-        msg = f"{where} timed out: {exc}"
-    elif isinstance(exc, openai.APIConnectionError):
-        msg = f"{where} could not be reached: {exc} (is the server running?)"
-    else:
-        msg = f"{where} returned an unusable response: {type(exc).__name__}: {exc}"
-    error = ModelCallError(redact_text(msg))
-    error.status_code = status
-    return error
+    """A :class:`ModelCallError` describing an exception of the ``openai`` SDK."""
+    return describe_call_error(
+        provider,
+        model,
+        base_url,
+        exc,
+        timeout_errors=(openai.APITimeoutError,),
+        connection_errors=(openai.APIConnectionError,),
+    )
 
 
 class OpenAIChatModel(ChatModelBase):
