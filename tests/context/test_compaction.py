@@ -23,10 +23,10 @@ from mnemoscope.context import (
     ExtractiveSummarizer,
     SummarizerBase,
 )
+from mnemoscope.events import CompactionEvent, ContextEvent
 from mnemoscope.memory import InMemoryMemory, MemoryBase
 from mnemoscope.message import Msg
 from mnemoscope.middleware import AgentEvent, MiddlewareBase
-from mnemoscope.middleware._events import CompactionEvent, ContextEvent
 from mnemoscope.testing import ScriptedChatModel, tool_call
 from mnemoscope.tool import Toolkit, function_tool
 

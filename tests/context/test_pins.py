@@ -12,9 +12,9 @@ from mnemoscope.context import (
     ExtractiveSummarizer,
     PinBudgetError,
 )
+from mnemoscope.events import ContextEvent
 from mnemoscope.memory import InMemoryMemory
 from mnemoscope.message import AssistantMsg, UserMsg
-from mnemoscope.middleware._events import ContextEvent
 from mnemoscope.testing import ScriptedChatModel
 
 

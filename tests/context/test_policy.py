@@ -7,7 +7,7 @@ import pytest
 from mnemoscope.agent import Agent
 from mnemoscope.context import ContextPolicy, ExtractiveSummarizer
 from mnemoscope.errors import UserError
-from mnemoscope.middleware._events import ContextEvent
+from mnemoscope.events import ContextEvent
 from mnemoscope.testing import ScriptedChatModel, tool_call
 from mnemoscope.tool import Toolkit, function_tool
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from mnemoscope.agent import Agent
 from mnemoscope.context import ContextPolicy, ExtractiveSummarizer, RecallIndex
+from mnemoscope.events import ContextEvent
 from mnemoscope.memory import AsyncSQLAlchemyMemory, InMemoryMemory
 from mnemoscope.message import AssistantMsg, UserMsg
-from mnemoscope.middleware._events import ContextEvent
 from mnemoscope.testing import ScriptedChatModel, tool_call
 from mnemoscope.tool import RecallTool, Toolkit
 

@@ -136,7 +136,7 @@ async def test_unreachable_server_is_reported_as_unreachable() -> None:
         url = srv.root_url
     model = AnthropicChatModel("claude-test", api_key=KEY, base_url=url, max_retries=0, timeout=5)
     try:
-        with pytest.raises(ModelCallError, match="could not be reached.*is the server running"):
+        with pytest.raises(ModelCallError, match=r"could not be reached.*is the server running"):
             await model([UserMsg("a", "hi")])
     finally:
         await model.aclose()

@@ -1,7 +1,7 @@
 """The model calls of one reply: what each call received, part by part, with tokens.
 
 The agent does not record the composition of each model call yet (no context event in
-:mod:`mnemoscope.middleware._events`), so the default source,
+:mod:`mnemoscope.events`), so the default source,
 :class:`ReconstructedCallSource`, rebuilds it from the stored session with the same
 :class:`~mnemoscope.context.ContextBuilder` the agent uses: history before the reply (hints
 excluded, as the agent loads it), the message that started the reply, and the reply's

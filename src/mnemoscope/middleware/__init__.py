@@ -4,15 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mnemoscope.middleware._base import HOOK_NAMES, CompressHandler, MiddlewareBase
-from mnemoscope.middleware._context import (
-    ActingContext,
-    ExitReason,
-    ModelCallContext,
-    ReasoningContext,
-    ReplyContext,
-)
-from mnemoscope.middleware._events import (
+from mnemoscope.events import (
     AgentEvent,
     CompactionEvent,
     ContextEvent,
@@ -26,6 +18,14 @@ from mnemoscope.middleware._events import (
     ThinkingDeltaEvent,
     ToolResultEvent,
     ToolUseEvent,
+)
+from mnemoscope.middleware._base import HOOK_NAMES, CompressHandler, MiddlewareBase
+from mnemoscope.middleware._context import (
+    ActingContext,
+    ExitReason,
+    ModelCallContext,
+    ReasoningContext,
+    ReplyContext,
 )
 
 _LAZY = {

@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from mnemoscope.errors import MemoryStoreError, MnemoscopeError, UserError
+from mnemoscope.events import AgentEvent, MemoryEvent
 from mnemoscope.memory.markdown import (
     DEFAULT_FULL_CHECK_INTERVAL,
     DEFAULT_MEMORY_INSTRUCTIONS,
@@ -96,7 +97,6 @@ from mnemoscope.middleware._base import (
     ReplyHandler,
 )
 from mnemoscope.middleware._context import ActingContext, ReasoningContext, ReplyContext
-from mnemoscope.middleware._events import AgentEvent, MemoryEvent
 from mnemoscope.model import count_tokens
 from mnemoscope.tool import record_read
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
+from mnemoscope.events import AgentEvent
 from mnemoscope.middleware._context import (
     ActingContext,
     ModelCallContext,
     ReasoningContext,
     ReplyContext,
 )
-from mnemoscope.middleware._events import AgentEvent
 
 if TYPE_CHECKING:
     from mnemoscope.agent import Agent

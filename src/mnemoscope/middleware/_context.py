@@ -13,8 +13,8 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from mnemoscope.events import AgentEvent
 from mnemoscope.message import HintBlock, Msg, ToolResultBlock, ToolUseBlock, new_id
-from mnemoscope.middleware._events import AgentEvent
 from mnemoscope.model import ChatResponse, ToolChoice, ToolSchema
 
 if TYPE_CHECKING:

@@ -47,11 +47,11 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from mnemoscope.errors import MemoryStoreError, UserError
+from mnemoscope.events import AgentEvent, MemoryEvent
 from mnemoscope.memory import LongTermMemoryBase, MemoryItem, RecordResult
 from mnemoscope.message import AssistantMsg, Msg, UserMsg, escape_injected
 from mnemoscope.middleware._base import MiddlewareBase, ReplyHandler
 from mnemoscope.middleware._context import ReplyContext
-from mnemoscope.middleware._events import AgentEvent, MemoryEvent
 from mnemoscope.tool import FunctionTool, ToolBase, ToolContext, ToolResult
 
 if TYPE_CHECKING:
