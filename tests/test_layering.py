@@ -142,8 +142,6 @@ KNOWN: frozenset[tuple[str, str]] = frozenset(
         ("src/mnemoscope/middleware/_context.py", "mnemoscope.agent"),
         ("src/mnemoscope/middleware/_long_term.py", "mnemoscope.agent"),
         ("src/mnemoscope/middleware/_mem0.py", "mnemoscope.agent"),
-        # ToolContext carries the reply instead of emit + reply_id
-        ("src/mnemoscope/tool/_base.py", "mnemoscope.middleware"),
         # WorkspaceBase.list_tools builds the file tools
         ("src/mnemoscope/workspace/_base.py", "mnemoscope.tool"),
         ("src/mnemoscope/workspace/_base.py", "mnemoscope.tool._file_tools"),

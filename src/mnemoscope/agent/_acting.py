@@ -19,6 +19,7 @@ after the calls before it and before the calls after it. In a batch:
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -195,7 +196,10 @@ async def acting_core(agent: Agent, ctx: ActingContext) -> AsyncIterator[AgentEv
     tool_ctx = ToolContext(
         tool_use_id=tool_use.id,
         permission_context=perm,
-        reply=ctx.reply,
+        reply_id=ctx.reply.reply_id,
+        emit=ctx.reply.emit,
+        stored_messages=lambda mark: agent.memory.get(marks=mark),
+        recall=functools.partial(agent.context.recall, exclude=ctx.reply.input.id),
         state=agent.state.tool_state,
     )
     turns, index = (ctx.turns, ctx.index) if isinstance(ctx, _BatchCall) else (None, 0)

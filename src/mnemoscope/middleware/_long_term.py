@@ -264,11 +264,13 @@ class LongTermMemoryMiddleware(MiddlewareBase):
             items = await self._retrieve(query, self.top_k)
         except Exception as exc:  # reported, and the reply goes on
             logger.warning("%s: long-term memory search failed: %s", self.name, exc)
-            return self._event(ctx, "error", f"search failed: {exc}", {"phase": "retrieve"})
+            return self._event(
+                ctx.reply_id, "error", f"search failed: {exc}", {"phase": "retrieve"}
+            )
         if items:
             ctx.injected.append(AssistantMsg(MEMORY_MSG_NAME, format_memories(items)))
         return self._event(
-            ctx,
+            ctx.reply_id,
             "retrieve",
             f"{_count(len(items))} injected" if items else "no relevant memories",
             {"query": query, "items": [_item_data(i) for i in items]},
@@ -285,13 +287,13 @@ class LongTermMemoryMiddleware(MiddlewareBase):
             self._background.add(task)
             task.add_done_callback(self._background.discard)
             return self._event(
-                ctx, "write", "write-back started in the background", {"background": True}
+                ctx.reply_id, "write", "write-back started in the background", {"background": True}
             )
         try:
             result = await self._record(exchange)
         except Exception as exc:  # reported, and the reply goes on
             logger.warning("%s: long-term memory write failed: %s", self.name, exc)
-            return self._event(ctx, "error", f"write failed: {exc}", {"phase": "write"})
+            return self._event(ctx.reply_id, "error", f"write failed: {exc}", {"phase": "write"})
         return self._write_event(ctx, result)
 
     async def _background_write(self, ctx: ReplyContext, exchange: list[Msg]) -> None:
@@ -301,7 +303,9 @@ class LongTermMemoryMiddleware(MiddlewareBase):
             self.failed_background_writes += 1
             logger.warning("%s: background long-term memory write failed: %s", self.name, exc)
             ctx.emit(
-                self._event(ctx, "error", f"background write failed: {exc}", {"phase": "write"})
+                self._event(
+                    ctx.reply_id, "error", f"background write failed: {exc}", {"phase": "write"}
+                )
             )
             return
         ctx.emit(self._write_event(ctx, result))
@@ -336,17 +340,17 @@ class LongTermMemoryMiddleware(MiddlewareBase):
         }
         n = len(result.added) + len(result.updated)
         message = f"{_count(n)} stored" if n else "the store kept nothing new from this exchange"
-        return self._event(ctx, "write", message, data)
+        return self._event(ctx.reply_id, "write", message, data)
 
     def _event(
         self,
-        ctx: ReplyContext,
+        reply_id: str,
         action: Literal["retrieve", "write", "error"],
         message: str,
         data: dict[str, Any],
     ) -> MemoryEvent:
         return MemoryEvent(
-            reply_id=ctx.reply_id, source=self.name, action=action, message=message, data=data
+            reply_id=reply_id, source=self.name, action=action, message=message, data=data
         )
 
     # ------------------------------------------------------------ store calls
@@ -454,17 +458,18 @@ class LongTermMemoryMiddleware(MiddlewareBase):
             reverse=True,
         )
         items = items[:limit]
-        reply = ctx.reply if ctx is not None else None
+        emit = ctx.emit if ctx is not None else None
+        reply_id = ctx.reply_id if ctx is not None else ""
         if failures and len(failures) == len(queries):
             message = "search_memory failed for every keyword: " + "; ".join(failures)
             logger.warning("%s: %s", self.name, message)
-            if reply is not None:
-                reply.emit(self._event(reply, "error", message, {"phase": "search_memory"}))
+            if emit is not None:
+                emit(self._event(reply_id, "error", message, {"phase": "search_memory"}))
             return ToolResult.error(message + ". Nothing was found; do not assume memory is empty.")
-        if reply is not None:
-            reply.emit(
+        if emit is not None:
+            emit(
                 self._event(
-                    reply,
+                    reply_id,
                     "error" if failures else "retrieve",
                     f"search_memory: {_count(len(items))}"
                     + (f"; failed: {'; '.join(failures)}" if failures else ""),
@@ -525,15 +530,16 @@ class LongTermMemoryMiddleware(MiddlewareBase):
             lines.append("NOT stored:")
             lines += [f"- {f}" for f in failed]
         message = "\n".join(lines)
-        reply = ctx.reply if ctx is not None else None
+        emit = ctx.emit if ctx is not None else None
+        reply_id = ctx.reply_id if ctx is not None else ""
         if failed:
             logger.warning(
                 "%s: add_memory did not store everything: %s", self.name, "; ".join(failed)
             )
-        if reply is not None:
-            reply.emit(
+        if emit is not None:
+            emit(
                 self._event(
-                    reply,
+                    reply_id,
                     "error" if failed else "write",
                     message,
                     {

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
@@ -21,7 +21,8 @@ from mnemoscope.model import ToolSchema
 from mnemoscope.tool._threads import ToolThreadPool, default_tool_pool
 
 if TYPE_CHECKING:
-    from mnemoscope.middleware import ReplyContext
+    from mnemoscope.events import AgentEvent
+    from mnemoscope.message import Msg
     from mnemoscope.permission import PermissionContext, PermissionDecision
 
 T = TypeVar("T")
@@ -56,7 +57,14 @@ class ToolContext:
     Attributes:
         tool_use_id: id of the :class:`~mnemoscope.message.ToolUseBlock` being executed.
         permission_context: the agent's permission context (working directories, mode).
-        reply: the reply this call belongs to (``None`` when called outside an agent).
+        reply_id: the reply this call belongs to (``""`` when called outside an agent).
+        emit: reports an event (e.g. a ``MemoryEvent``) on the reply's stream; ``None``
+            outside an agent.
+        stored_messages: the session's stored messages that carry a mark (the agent's
+            short-term memory; ``None`` outside an agent).
+        recall: searches earlier turns of the conversation (the agent's context engine;
+            ``None`` outside an agent); takes the query and ``limit``, ``only_cut`` and
+            ``max_chars`` keywords.
         state: per-agent scratch space shared by tools across replies (e.g. which files
             were read and at which version, used by Write/Edit's read-before-write check).
         thread_pool: where :meth:`run_blocking` runs blocking code: the toolkit's own
@@ -65,7 +73,10 @@ class ToolContext:
 
     tool_use_id: str = ""
     permission_context: PermissionContext | None = None
-    reply: ReplyContext | None = None
+    reply_id: str = ""
+    emit: Callable[[AgentEvent], None] | None = None
+    stored_messages: Callable[[str], Awaitable[list[Msg]]] | None = None
+    recall: Callable[..., Awaitable[str]] | None = None
     state: dict[str, Any] = field(default_factory=dict)
     thread_pool: ToolThreadPool | None = None
 

@@ -37,11 +37,10 @@ class ReadToolOutput(ToolBase):
     auto_allow = True
 
     async def call(self, tool_input: ReadToolOutputInput, ctx: ToolContext) -> ToolResult:
-        if ctx.reply is None:
+        if ctx.stored_messages is None:
             return ToolResult.error("read_tool_output works only inside an agent's reply")
-        memory = ctx.reply.agent.memory
         found = next(
-            (m for m in await memory.get(marks="tool_result") if m.id == tool_input.message_id),
+            (m for m in await ctx.stored_messages("tool_result") if m.id == tool_input.message_id),
             None,
         )
         if found is None:

@@ -38,14 +38,13 @@ class RecallTool(ToolBase):
         self.max_chars_per_turn = max_chars_per_turn
 
     async def call(self, tool_input: RecallInput, ctx: ToolContext) -> ToolResult:
-        if ctx.reply is None:
+        if ctx.recall is None:
             return ToolResult.error("recall works only inside an agent's reply")
         # the search is the agent's context engine's (the tool layer sits below it)
-        text = await ctx.reply.agent.context.recall(
+        text = await ctx.recall(
             tool_input.query,
             limit=tool_input.limit,
             only_cut=tool_input.only_cut,
-            exclude=ctx.reply.input.id,
             max_chars=self.max_chars_per_turn,
         )
         return ToolResult(output=text)
