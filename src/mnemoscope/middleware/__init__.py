@@ -27,6 +27,7 @@ from mnemoscope.middleware._context import (
     ReasoningContext,
     ReplyContext,
 )
+from mnemoscope.middleware._view import AgentStateView, AgentView
 
 _LAZY = {
     "AgenticMemoryMiddleware": "mnemoscope.middleware._agentic_memory",
@@ -47,6 +48,8 @@ __all__ = [
     "HOOK_NAMES",
     "ActingContext",
     "AgentEvent",
+    "AgentStateView",
+    "AgentView",
     "AgenticMemoryMiddleware",
     "CompactionEvent",
     "CompressHandler",

@@ -101,7 +101,7 @@ from mnemoscope.model import count_tokens
 from mnemoscope.tool import record_read
 
 if TYPE_CHECKING:
-    from mnemoscope.agent import Agent
+    from mnemoscope.middleware._view import AgentView
     from mnemoscope.model import ChatModelBase
     from mnemoscope.workspace import BackendBase
 
@@ -250,7 +250,7 @@ class AgenticMemoryMiddleware(MiddlewareBase):
         return self.store.index_path
 
     # ------------------------------------------------------------- lifecycle
-    def setup(self, agent: Agent) -> None:
+    def setup(self, agent: AgentView) -> None:
         """Grant the agent access to the memory directory.
 
         Reads there are always allowed; writes follow the agent's permission mode (asked
@@ -271,7 +271,7 @@ class AgenticMemoryMiddleware(MiddlewareBase):
             root = self.memory_dir
         self._grant(agent, root)
 
-    def _grant(self, agent: Agent, root: str) -> None:
+    def _grant(self, agent: AgentView, root: str) -> None:
         from mnemoscope.permission import AdditionalWorkingDirectory
 
         dirs = agent.state.permission_context.working_directories
@@ -279,7 +279,7 @@ class AgenticMemoryMiddleware(MiddlewareBase):
         if current is None or current.path != root:
             dirs[self.memory_dir] = AdditionalWorkingDirectory(path=root, source=GRANT_SOURCE)
 
-    def _withdraw(self, agent: Agent) -> None:
+    def _withdraw(self, agent: AgentView) -> None:
         dirs = agent.state.permission_context.working_directories
         current = dirs.get(self.memory_dir)
         if current is not None and current.source == GRANT_SOURCE:
@@ -657,7 +657,7 @@ class AgenticMemoryMiddleware(MiddlewareBase):
         return f"AgenticMemoryMiddleware(workdir={self.workdir!r}, selection={self.selection!r})"
 
 
-def _token_counter(agent: Agent) -> Any:
+def _token_counter(agent: AgentView) -> Any:
     model = getattr(agent, "model", None)
     return model.count_tokens if model is not None else count_tokens
 

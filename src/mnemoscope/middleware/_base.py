@@ -28,8 +28,8 @@ from mnemoscope.middleware._context import (
 )
 
 if TYPE_CHECKING:
-    from mnemoscope.agent import Agent
     from mnemoscope.context import CompactionContext
+    from mnemoscope.middleware._view import AgentView
     from mnemoscope.tool import ToolBase
 
 ReplyHandler = Callable[[ReplyContext], AsyncIterator[AgentEvent]]
@@ -53,7 +53,7 @@ class MiddlewareBase:
     """Base class of agent middleware; override only the hooks you need."""
 
     # ----------------------------------------------------------- lifecycle
-    def setup(self, agent: Agent) -> None:
+    def setup(self, agent: AgentView) -> None:
         """Called once when an agent is constructed with this middleware.
 
         Use it to check configuration against the agent (raise

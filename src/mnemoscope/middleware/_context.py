@@ -18,7 +18,7 @@ from mnemoscope.message import HintBlock, Msg, ToolResultBlock, ToolUseBlock, ne
 from mnemoscope.model import ChatResponse, ToolChoice, ToolSchema
 
 if TYPE_CHECKING:
-    from mnemoscope.agent import Agent
+    from mnemoscope.middleware._view import AgentView
     from mnemoscope.tool import ToolBase
 
 _T = TypeVar("_T")
@@ -42,7 +42,7 @@ class ReplyContext:
         exit_reason: why the loop ended (``None`` while running).
     """
 
-    agent: Agent
+    agent: AgentView
     input: Msg
     reply_id: str = field(default_factory=new_id)
     history: list[Msg] = field(default_factory=list)

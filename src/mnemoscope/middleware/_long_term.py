@@ -55,7 +55,7 @@ from mnemoscope.middleware._context import ReplyContext
 from mnemoscope.tool import FunctionTool, ToolBase, ToolContext, ToolResult
 
 if TYPE_CHECKING:
-    from mnemoscope.agent import Agent
+    from mnemoscope.middleware._view import AgentView
 
 logger = logging.getLogger("mnemoscope.middleware.long_term")
 
@@ -188,7 +188,7 @@ class LongTermMemoryMiddleware(MiddlewareBase):
         return sum(1 for t in self._background if not t.done())
 
     # -------------------------------------------------------------- lifecycle
-    def setup(self, agent: Agent) -> None:
+    def setup(self, agent: AgentView) -> None:
         if self.agentic and not any(agent.toolkit.get(t.name) is t for t in self._tools):
             logger.warning(
                 "%r runs in mode=%r but the agent %r lacks its tools; pass "

@@ -32,8 +32,8 @@ from mnemoscope.memory import Mem0LongTermMemory
 from mnemoscope.middleware._long_term import LongTermMemoryMiddleware, Mode
 
 if TYPE_CHECKING:
-    from mnemoscope.agent import Agent
     from mnemoscope.embedding import EmbeddingModelBase
+    from mnemoscope.middleware._view import AgentView
     from mnemoscope.model import ChatModelBase
 
 
@@ -120,7 +120,7 @@ class Mem0Middleware(LongTermMemoryMiddleware):
         """The ``mem0.AsyncMemory`` / ``AsyncMemoryClient`` in use."""
         return self.store.client
 
-    def setup(self, agent: Agent) -> None:
+    def setup(self, agent: AgentView) -> None:
         """Refuse an agent that shares its model instance (or its HTTP client) with mem0."""
         mine = self.store.chat_model
         if mine is not None and _same_model(agent.model, mine):
