@@ -364,7 +364,7 @@ class _Ceiling:
 
             self._close.append(drop_sqlite)
         elif backend == "redis" and side.name == "mnemoscope":
-            from mnemoscope.memory._redis import _LUA_ADD
+            from mnemoscope.memory._redis_lua import _LUA_ADD
 
             client = mem.client
             sha = await client.script_load(_LUA_ADD)
