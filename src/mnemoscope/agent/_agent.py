@@ -39,6 +39,7 @@ from mnemoscope.message import (
 )
 from mnemoscope.middleware import (
     AgentEvent,
+    ExitReason,
     MiddlewareBase,
     ReasoningContext,
     ReasoningStartEvent,
@@ -170,9 +171,9 @@ class Agent:
                     yield event
                 for queued in ctx.drain_events():
                     yield queued
-        except BaseException:
+        except BaseException as exc:  # a middleware outside the core may raise too
             if ctx.exit_reason is None:
-                ctx.exit_reason = "cancelled"
+                ctx.exit_reason = _exit_reason_of(exc)
             raise
         finally:
             await ctx.cancel_tasks()
@@ -187,6 +188,16 @@ class Agent:
 
     # ------------------------------------------------------------------- loop
     async def _reply_core(self, ctx: ReplyContext) -> AsyncIterator[AgentEvent]:
+        # the reason is set here, innermost, so that every on_reply middleware sees it
+        try:
+            async for event in self._reply_loop(ctx):
+                yield event
+        except BaseException as exc:
+            if ctx.exit_reason is None:
+                ctx.exit_reason = _exit_reason_of(exc)
+            raise
+
+    async def _reply_loop(self, ctx: ReplyContext) -> AsyncIterator[AgentEvent]:
         async for event in self.context.load(ctx):
             yield event
         await self.memory.add(ctx.input)
@@ -299,3 +310,9 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, model={self.model!r}, middlewares={self.middlewares!r})"
+
+
+def _exit_reason_of(exc: BaseException) -> ExitReason:
+    """``cancelled`` when the reply was stopped from outside, ``error`` when it failed."""
+    stopped = isinstance(exc, asyncio.CancelledError | GeneratorExit | KeyboardInterrupt)
+    return "cancelled" if stopped else "error"
