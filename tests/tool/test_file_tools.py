@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,10 +18,11 @@ from mnemoscope.tool import (
     Read,
     ToolContext,
     Write,
+    file_tools,
     read_version,
     record_read,
 )
-from mnemoscope.workspace import LocalBackend, LocalWorkspace
+from mnemoscope.workspace import LocalBackend, LocalWorkspace, WorkspaceBase
 
 
 @pytest.fixture
@@ -239,3 +242,39 @@ async def test_workspace_list_tools_are_bound_to_its_backend():
         workdir = ws.workdir
         assert Path(workdir).is_dir()  # noqa: ASYNC240
     assert not Path(workdir).exists()  # a temp workdir is removed on close  # noqa: ASYNC240
+
+
+async def test_file_tools_builds_the_five_over_one_backend(tmp_path: Path) -> None:
+    backend = LocalBackend(cwd=str(tmp_path))
+    tools = file_tools(backend)
+    assert [t.name for t in tools] == ["Read", "Write", "Edit", "Glob", "Grep"]
+    assert all(t.backend is backend for t in tools)
+    # the default: one LocalBackend for all five, so a Write sees the Read
+    default = file_tools()
+    assert len({id(t.backend) for t in default}) == 1
+    assert isinstance(default[0].backend, LocalBackend)
+
+
+async def test_a_workspace_without_a_tools_factory_says_how_to_get_tools(monkeypatch) -> None:
+    # the workspace layer sits below the tools: importing mnemoscope.tool registers them
+    monkeypatch.setattr(WorkspaceBase, "tools_factory", None)
+    async with LocalWorkspace() as ws:
+        with pytest.raises(UserError, match=r"import mnemoscope\.tool.*file_tools"):
+            await ws.list_tools()
+
+
+def test_importing_the_tool_layer_registers_the_file_tools() -> None:
+    code = (
+        "import asyncio\n"
+        "from mnemoscope.workspace import LocalWorkspace, WorkspaceBase\n"
+        "assert WorkspaceBase.tools_factory is None\n"
+        "import mnemoscope.tool\n"
+        "async def main():\n"
+        "    async with LocalWorkspace() as ws:\n"
+        "        print(','.join(t.name for t in await ws.list_tools()))\n"
+        "asyncio.run(main())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "Read,Write,Edit,Glob,Grep"

@@ -1,8 +1,10 @@
-"""Tools and the toolkit. File tools (Read/Write/Edit/Glob/Grep) work over a workspace backend."""
+"""Tools and the toolkit.
+
+File tools (Read/Write/Edit/Glob/Grep) work over a workspace backend; ``file_tools(backend)``
+builds all five (what ``workspace.list_tools()`` returns).
+"""
 
 from __future__ import annotations
-
-from typing import Any
 
 from mnemoscope.tool._base import (
     PathAccess,
@@ -11,23 +13,23 @@ from mnemoscope.tool._base import (
     ToolResult,
     permission_paths_of,
 )
+
+# importing the file tools also registers file_tools as WorkspaceBase.tools_factory
+from mnemoscope.tool._file_tools import (
+    Edit,
+    Glob,
+    Grep,
+    Read,
+    Write,
+    file_tools,
+    read_version,
+    record_read,
+)
 from mnemoscope.tool._function import FunctionTool, function_tool, parse_docstring
 from mnemoscope.tool._output import describe_exception, must_propagate
 from mnemoscope.tool._read_output import ReadToolOutput
 from mnemoscope.tool._recall_tool import RecallTool
 from mnemoscope.tool._toolkit import Toolkit
-
-_FILE_TOOLS = {"Read", "Write", "Edit", "Glob", "Grep", "read_version", "record_read"}
-
-
-def __getattr__(name: str) -> Any:
-    # file tools import the workspace layer; load them on first use
-    if name in _FILE_TOOLS:
-        from mnemoscope.tool import _file_tools
-
-        return getattr(_file_tools, name)
-    raise AttributeError(f"module 'mnemoscope.tool' has no attribute {name!r}")
-
 
 __all__ = [
     "Edit",
@@ -44,6 +46,7 @@ __all__ = [
     "Toolkit",
     "Write",
     "describe_exception",
+    "file_tools",
     "function_tool",
     "must_propagate",
     "parse_docstring",

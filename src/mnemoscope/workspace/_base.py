@@ -20,16 +20,13 @@ from __future__ import annotations
 import builtins
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar
 
 from mnemoscope.errors import MnemoscopeError, PermissionDeniedError, UserError
 from mnemoscope.workspace._fsops import ABSENT
 from mnemoscope.workspace._fsops_search import GREP_TIME_LIMIT
-
-if TYPE_CHECKING:
-    from mnemoscope.tool import ToolBase
 
 
 class WorkspaceError(MnemoscopeError):
@@ -450,6 +447,14 @@ class WorkspaceBase(ABC):
     Use ``async with`` or call :meth:`initialize` and :meth:`close` yourself.
     """
 
+    tools_factory: ClassVar[Callable[[BackendBase], Sequence[Any]] | None] = None
+    """Builds the tools of :meth:`list_tools` over the backend.
+
+    The tools live in a higher layer than workspaces, so this layer cannot name them:
+    importing ``mnemoscope.tool`` sets this to ``mnemoscope.tool.file_tools``. A subclass
+    may set its own (e.g. read-only tools for a read-only workspace).
+    """
+
     def __init__(self) -> None:
         self._backend: BackendBase | None = None
 
@@ -475,18 +480,23 @@ class WorkspaceBase(ABC):
             )
         return self._backend
 
-    async def list_tools(self) -> list[ToolBase]:
-        """``Read``, ``Write``, ``Edit``, ``Glob`` and ``Grep`` bound to this backend."""
-        from mnemoscope.tool._file_tools import Edit, Glob, Grep, Read, Write
+    async def list_tools(self) -> list[Any]:
+        """``Read``, ``Write``, ``Edit``, ``Glob`` and ``Grep`` bound to this backend.
 
-        backend = self.get_backend()
-        return [
-            Read(backend=backend),
-            Write(backend=backend),
-            Edit(backend=backend),
-            Glob(backend=backend),
-            Grep(backend=backend),
-        ]
+        Built by :attr:`tools_factory` (``mnemoscope.tool.file_tools``), for a toolkit:
+        ``Toolkit(tools=await workspace.list_tools())``.
+
+        Raises:
+            UserError: no tools factory is registered (``mnemoscope.tool`` not imported).
+        """
+        factory = type(self).tools_factory
+        if factory is None:
+            raise UserError(
+                f"{type(self).__name__}.list_tools() needs the tool layer: import "
+                "mnemoscope.tool first (e.g. from mnemoscope.tool import Toolkit), or build "
+                "the tools with mnemoscope.tool.file_tools(workspace.get_backend())"
+            )
+        return list(factory(self.get_backend()))
 
     async def __aenter__(self) -> WorkspaceBase:
         await self.initialize()
