@@ -57,3 +57,13 @@ async def test_a_finished_reply_ends_with_done() -> None:
     )
     await agent.reply("hi")
     assert seen.reasons == ["done"]
+
+
+def test_reply_context_keeps_its_bookkeeping_out_of_init_and_repr() -> None:
+    from mnemoscope.message import UserMsg
+
+    agent = Agent(name="a", system_prompt="s", model=ScriptedChatModel())
+    ctx = ReplyContext(agent=agent, input=UserMsg("u", "hi"))
+    assert "_state" not in repr(ctx) and "_tasks" not in repr(ctx)
+    with pytest.raises(TypeError):
+        ReplyContext(agent=agent, input=UserMsg("u", "hi"), _state={})  # type: ignore[call-arg]

@@ -52,9 +52,9 @@ class ReplyContext:
     result: Msg | None = None
     exit_reason: ExitReason | None = None
     pending_hints: list[HintBlock] = field(default_factory=list)
-    _state: dict[int, dict[str, Any]] = field(default_factory=dict)
-    _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
-    _events: list[AgentEvent] = field(default_factory=list)
+    _state: dict[int, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
+    _tasks: set[asyncio.Task[Any]] = field(default_factory=set, init=False, repr=False)
+    _events: list[AgentEvent] = field(default_factory=list, init=False, repr=False)
 
     def state_for(self, owner: object) -> dict[str, Any]:
         """Per-reply scratch space of one middleware (keyed by identity)."""
