@@ -17,7 +17,7 @@ Only the hooks a subclass overrides run (found once, at agent construction).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from mnemoscope.events import AgentEvent
 from mnemoscope.middleware._context import (
@@ -69,39 +69,40 @@ class MiddlewareBase:
         """Flush background work and release resources. Safe to call twice."""
 
     # ----------------------------------------------------------- onion hooks
-    async def on_reply(
-        self, ctx: ReplyContext, next_handler: ReplyHandler
-    ) -> AsyncIterator[AgentEvent]:
-        async for event in next_handler(ctx):
-            yield event
+    # The defaults only pass the inner layers' events through (the agent skips hooks a
+    # subclass does not override, so they run only when a subclass calls super()).
+    def on_reply(self, ctx: ReplyContext, next_handler: ReplyHandler) -> AsyncIterator[AgentEvent]:
+        """Wraps one whole reply, from loading the history to the final message."""
+        return _pass_through(ctx, next_handler)
 
-    async def on_reasoning(
+    def on_reasoning(
         self, ctx: ReasoningContext, next_handler: ReasoningHandler
     ) -> AsyncIterator[AgentEvent]:
-        async for event in next_handler(ctx):
-            yield event
+        """Wraps one reasoning step: building the model input, the call, its message."""
+        return _pass_through(ctx, next_handler)
 
-    async def on_acting(
+    def on_acting(
         self, ctx: ActingContext, next_handler: ActingHandler
     ) -> AsyncIterator[AgentEvent]:
-        async for event in next_handler(ctx):
-            yield event
+        """Wraps one tool call; set ``ctx.result`` without calling ``next_handler`` to
+        answer it yourself."""
+        return _pass_through(ctx, next_handler)
 
-    async def on_model_call(
+    def on_model_call(
         self, ctx: ModelCallContext, next_handler: ModelCallHandler
     ) -> AsyncIterator[AgentEvent]:
-        async for event in next_handler(ctx):
-            yield event
+        """Wraps one model call; ``ctx.messages``, ``ctx.tools`` and ``ctx.tool_choice``
+        are the exact input and may be edited before ``next_handler``."""
+        return _pass_through(ctx, next_handler)
 
-    async def on_compress_context(
+    def on_compress_context(
         self, ctx: CompactionContext, next_handler: CompressHandler
     ) -> AsyncIterator[AgentEvent]:
         """Wraps one compaction (as AgentScope 2's hook): edit ``ctx.msgs`` to compact
         less, set ``ctx.summary_text`` to write the summary yourself, or do not call
         ``next_handler`` to skip it. Failures here are compaction failures: nothing is
         lost and the budget drops history instead."""
-        async for event in next_handler(ctx):
-            yield event
+        return _pass_through(ctx, next_handler)
 
     # ------------------------------------------------------- system prompt
     async def on_system_prompt(self, ctx: ReplyContext, prompt: str) -> str:
@@ -121,3 +122,13 @@ class MiddlewareBase:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+_C = TypeVar("_C")
+
+
+async def _pass_through(
+    ctx: _C, next_handler: Callable[[_C], AsyncIterator[AgentEvent]]
+) -> AsyncIterator[AgentEvent]:
+    async for event in next_handler(ctx):
+        yield event
