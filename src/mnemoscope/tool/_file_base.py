@@ -196,41 +196,31 @@ class _FileTool(ToolBase):
         file again); a failure comes back as the ``ToolResult`` the model sees
         (``not_found``, when given, replaces the message for a missing file).
         """
-        try:
-            res = await self._replace_as_read(ctx, path, roots, op)
-        except WorkspaceError as exc:
-            if not_found is not None and exc.code == "not_found":
-                return ToolResult.error(not_found)
-            return self._error(exc)
-        if isinstance(res, WriteResult):
-            self._remember(ctx, res.stat.version, path, res.stat.path)
-        return res
-
-    async def _replace_as_read(
-        self,
-        ctx: ToolContext,
-        path: str,
-        roots: list[str] | None,
-        op: Callable[[str], Awaitable[WriteResult]],
-    ) -> WriteResult | ToolResult:
         changed = ToolResult.error(
             f"{path} has changed since you last read it (modified by someone else). "
             f"Read it again, then redo the {self.name}."
         )
         seen = read_version(ctx.state, self.backend, path)
         try:
-            return await op(seen if seen is not None else ABSENT)
-        except FileChangedError:
-            if seen is not None:
-                return changed
-        st = await self.backend.stat(path, roots=roots, hash=False)  # only its real path
-        real_seen = read_version(ctx.state, self.backend, st.path) if st.exists else None
-        if real_seen is None:
-            return ToolResult.error(
-                f"{path} already exists and has not been read yet. Call Read on it first, "
-                f"then call {self.name} again."
-            )
-        try:
-            return await op(real_seen)
-        except FileChangedError:
-            return changed
+            try:
+                res = await op(seen if seen is not None else ABSENT)
+            except FileChangedError:
+                if seen is not None:
+                    return changed
+                st = await self.backend.stat(path, roots=roots, hash=False)  # its real path
+                real_seen = read_version(ctx.state, self.backend, st.path) if st.exists else None
+                if real_seen is None:
+                    return ToolResult.error(
+                        f"{path} already exists and has not been read yet. Call Read on it "
+                        f"first, then call {self.name} again."
+                    )
+                try:
+                    res = await op(real_seen)
+                except FileChangedError:
+                    return changed
+        except WorkspaceError as exc:
+            if not_found is not None and exc.code == "not_found":
+                return ToolResult.error(not_found)
+            return self._error(exc)
+        self._remember(ctx, res.stat.version, path, res.stat.path)
+        return res

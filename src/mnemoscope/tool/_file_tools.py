@@ -15,6 +15,7 @@ are in ``_search_tools``.
 from __future__ import annotations
 
 from collections.abc import Awaitable
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,10 +43,29 @@ from mnemoscope.workspace import (
 )
 
 
-# ------------------------------------------------------------------------- Read
-class ReadInput(BaseModel):
+class _FileInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    file_path: str
+
+
+class _OneFileTool(_FileTool):
+    """A tool on the one file its input's ``file_path`` names (Read, Write, Edit)."""
+
+    access: ClassVar[Literal["read", "write"]] = "read"
+
+    def _paths(self, tool_input: BaseModel, ctx: ToolContext | None) -> list[PathAccess]:
+        assert isinstance(tool_input, _FileInput)
+        return [PathAccess(self._abs(tool_input.file_path, ctx), self.access)]
+
+    def _file(self, tool_input: _FileInput, ctx: ToolContext) -> tuple[str, list[str] | None]:
+        """The absolute path of the call's file and the roots the backend confines it to."""
+        paths = self._paths(tool_input, ctx)
+        return paths[0].path, self._roots(ctx, paths)
+
+
+# ------------------------------------------------------------------------- Read
+class ReadInput(_FileInput):
     file_path: str = Field(description="Absolute path of the file to read.")
     offset: int | None = Field(
         None, ge=1, description="Line number to start from (1-based). Omit to start at 1."
@@ -55,7 +75,7 @@ class ReadInput(BaseModel):
     )
 
 
-class Read(_FileTool):
+class Read(_OneFileTool):
     """Read a text file with numbered lines (``cat -n`` style).
 
     Args:
@@ -78,16 +98,10 @@ class Read(_FileTool):
         super().__init__(backend)
         self.max_bytes = max_bytes
 
-    def _paths(self, tool_input: BaseModel, ctx: ToolContext | None) -> list[PathAccess]:
-        assert isinstance(tool_input, ReadInput)
-        return [PathAccess(self._abs(tool_input.file_path, ctx), "read")]
-
     async def call(self, tool_input: ReadInput, ctx: ToolContext) -> ToolResult:
-        paths = self._paths(tool_input, ctx)
-        path = paths[0].path
+        path, roots = self._file(tool_input, ctx)
         partial = tool_input.offset is not None or tool_input.limit is not None
         cap = READ_HARD_MAX_BYTES if partial else self.max_bytes
-        roots = self._roots(ctx, paths)
         try:
             content = await self.backend.read_file(path, roots=roots, max_bytes=cap)
         except WorkspaceError as exc:
@@ -131,14 +145,12 @@ class Read(_FileTool):
 
 
 # ------------------------------------------------------------------------ Write
-class WriteInput(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class WriteInput(_FileInput):
     file_path: str = Field(description="Absolute path of the file to write.")
     content: str = Field(description="The full new content of the file.")
 
 
-class Write(_FileTool):
+class Write(_OneFileTool):
     """Create a file or replace its whole content (atomically).
 
     An existing file must have been Read first and be unchanged since; its encoding and
@@ -152,15 +164,10 @@ class Write(_FileTool):
         "changes to part of a file."
     )
     Input = WriteInput
-
-    def _paths(self, tool_input: BaseModel, ctx: ToolContext | None) -> list[PathAccess]:
-        assert isinstance(tool_input, WriteInput)
-        return [PathAccess(self._abs(tool_input.file_path, ctx), "write")]
+    access = "write"
 
     async def call(self, tool_input: WriteInput, ctx: ToolContext) -> ToolResult:
-        paths = self._paths(tool_input, ctx)
-        path = paths[0].path
-        roots = self._roots(ctx, paths)
+        path, roots = self._file(tool_input, ctx)
 
         def write(version: str) -> Awaitable[WriteResult]:
             return self.backend.write_text(
@@ -179,16 +186,14 @@ class Write(_FileTool):
 
 
 # ------------------------------------------------------------------------- Edit
-class EditInput(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class EditInput(_FileInput):
     file_path: str = Field(description="Absolute path of the file to edit.")
     old_string: str = Field(description="The exact text to replace (must occur exactly once).")
     new_string: str = Field(description="The text to put instead (must differ).")
     replace_all: bool = Field(False, description="Replace every occurrence of old_string.")
 
 
-class Edit(_FileTool):
+class Edit(_OneFileTool):
     """Replace an exact string in a file, atomically and under the file lock.
 
     ``old_string`` must occur exactly once unless ``replace_all``; the file must have been
@@ -204,17 +209,12 @@ class Edit(_FileTool):
         "prefix."
     )
     Input = EditInput
-
-    def _paths(self, tool_input: BaseModel, ctx: ToolContext | None) -> list[PathAccess]:
-        assert isinstance(tool_input, EditInput)
-        return [PathAccess(self._abs(tool_input.file_path, ctx), "write")]
+    access = "write"
 
     async def call(self, tool_input: EditInput, ctx: ToolContext) -> ToolResult:
-        paths = self._paths(tool_input, ctx)
-        path = paths[0].path
         if tool_input.old_string == tool_input.new_string:
             return ToolResult.error("Edit failed: old_string and new_string are identical.")
-        roots = self._roots(ctx, paths)
+        path, roots = self._file(tool_input, ctx)
 
         def edit(version: str) -> Awaitable[WriteResult]:
             return self.backend.edit(
