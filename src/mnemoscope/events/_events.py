@@ -10,31 +10,44 @@ from mnemoscope.message import HintBlock, Msg, ToolResultBlock, ToolUseBlock
 
 
 class _Event(BaseModel):
+    """What every event has: its ``type`` (the discriminator, one per class) and the id
+    of the reply that emitted it (set by ``ReplyContext.emit``)."""
+
     model_config = ConfigDict(extra="forbid")
     reply_id: str = ""
 
 
 class ReplyStartEvent(_Event):
+    """Always the first event; carries the user message the reply answers."""
+
     type: Literal["reply_start"] = "reply_start"
     input: Msg
 
 
 class ReasoningStartEvent(_Event):
+    """A reasoning step (one model call) starts; ``iteration`` counts from 1."""
+
     type: Literal["reasoning_start"] = "reasoning_start"
     iteration: int
 
 
 class TextDeltaEvent(_Event):
+    """A piece of the answer as the model streams it (the whole message follows)."""
+
     type: Literal["text_delta"] = "text_delta"
     delta: str
 
 
 class ThinkingDeltaEvent(_Event):
+    """A piece of the model's reasoning as it streams (shown, not part of the answer)."""
+
     type: Literal["thinking_delta"] = "thinking_delta"
     delta: str
 
 
 class ToolUseEvent(_Event):
+    """The model asked for a tool call (emitted before permission and execution)."""
+
     type: Literal["tool_use"] = "tool_use"
     tool_use: ToolUseBlock
 
@@ -51,11 +64,16 @@ class PermissionEvent(_Event):
 
 
 class ToolResultEvent(_Event):
+    """A tool call finished, was denied or was interrupted; ``result`` is what the model
+    sees."""
+
     type: Literal["tool_result"] = "tool_result"
     result: ToolResultBlock
 
 
 class HintInjectedEvent(_Event):
+    """A hint queued with ``ReplyContext.add_hint`` was shown to the model."""
+
     type: Literal["hint_injected"] = "hint_injected"
     hint: HintBlock
 
