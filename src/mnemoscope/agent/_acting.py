@@ -214,42 +214,33 @@ async def acting_core(agent: Agent, ctx: ActingContext) -> AsyncIterator[AgentEv
         ctx.result = decided
         return
     decision, approved = decided
-    if decision.behavior == "ask":
+    if decision.behavior != "allow":
+        asked = decision.behavior == "ask"
         yield PermissionEvent(
             reply_id=ctx.reply.reply_id,
             tool_use_id=tool_use.id,
             tool_name=tool.name,
-            behavior="ask",
-            approved=approved,
+            behavior=decision.behavior,
+            approved=approved if asked else None,
             message=decision.message,
         )
-        if not approved:
-            why = "the user declined" if perm.ask_callback else "no one is available to approve it"
-            ctx.result = ToolResultBlock(
-                id=tool_use.id,
-                name=tool.name,
-                state="denied",
-                output=(
+        if not (asked and approved):
+            if asked:
+                why = (
+                    "the user declined"
+                    if perm.ask_callback
+                    else "no one is available to approve it"
+                )
+                output = (
                     f"Permission needed: {decision.message} The call was not run because {why}. "
                     "Do not retry it; tell the user what you wanted to do."
-                ),
+                )
+            else:
+                output = f"Permission denied: {decision.message}"
+            ctx.result = ToolResultBlock(
+                id=tool_use.id, name=tool.name, state="denied", output=output
             )
             return
-    elif decision.behavior == "deny":
-        yield PermissionEvent(
-            reply_id=ctx.reply.reply_id,
-            tool_use_id=tool_use.id,
-            tool_name=tool.name,
-            behavior="deny",
-            message=decision.message,
-        )
-        ctx.result = ToolResultBlock(
-            id=tool_use.id,
-            name=tool.name,
-            state="denied",
-            output=f"Permission denied: {decision.message}",
-        )
-        return
     ctx.result = await agent.toolkit.execute(tool, tool_input, tool_use, tool_ctx)
 
 
