@@ -7,9 +7,9 @@ extra; each also lives in its own package (``mnemoscope.agent``, ``mnemoscope.me
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from mnemoscope._lazy import lazy_exports
 from mnemoscope._version import __version__
 
 if TYPE_CHECKING:
@@ -60,51 +60,41 @@ if TYPE_CHECKING:
         function_tool,
     )
 
-_HOMES = {
-    "Agent": "mnemoscope.agent",
-    "ContextPolicy": "mnemoscope.context",
-    "AsyncSQLAlchemyMemory": "mnemoscope.memory",
-    "InMemoryMemory": "mnemoscope.memory",
-    "LocalLongTermMemory": "mnemoscope.memory",
-    "MemoryBase": "mnemoscope.memory",
-    "RedisMemory": "mnemoscope.memory",
-    "AssistantMsg": "mnemoscope.message",
-    "HintBlock": "mnemoscope.message",
-    "ImageBlock": "mnemoscope.message",
-    "Msg": "mnemoscope.message",
-    "SystemMsg": "mnemoscope.message",
-    "TextBlock": "mnemoscope.message",
-    "ThinkingBlock": "mnemoscope.message",
-    "ToolResultBlock": "mnemoscope.message",
-    "ToolUseBlock": "mnemoscope.message",
-    "UserMsg": "mnemoscope.message",
-    "AgenticMemoryMiddleware": "mnemoscope.middleware",
-    "Mem0Middleware": "mnemoscope.middleware",
-    "MiddlewareBase": "mnemoscope.middleware",
-    "OpenAIChatModel": "mnemoscope.model",
-    "AdditionalWorkingDirectory": "mnemoscope.permission",
-    "PermissionMode": "mnemoscope.permission",
-    "Edit": "mnemoscope.tool",
-    "Glob": "mnemoscope.tool",
-    "Grep": "mnemoscope.tool",
-    "Read": "mnemoscope.tool",
-    "Toolkit": "mnemoscope.tool",
-    "Write": "mnemoscope.tool",
-    "function_tool": "mnemoscope.tool",
-}
-
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'mnemoscope' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_HOMES])
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "Agent": "mnemoscope.agent",
+        "ContextPolicy": "mnemoscope.context",
+        "AsyncSQLAlchemyMemory": "mnemoscope.memory",
+        "InMemoryMemory": "mnemoscope.memory",
+        "LocalLongTermMemory": "mnemoscope.memory",
+        "MemoryBase": "mnemoscope.memory",
+        "RedisMemory": "mnemoscope.memory",
+        "AssistantMsg": "mnemoscope.message",
+        "HintBlock": "mnemoscope.message",
+        "ImageBlock": "mnemoscope.message",
+        "Msg": "mnemoscope.message",
+        "SystemMsg": "mnemoscope.message",
+        "TextBlock": "mnemoscope.message",
+        "ThinkingBlock": "mnemoscope.message",
+        "ToolResultBlock": "mnemoscope.message",
+        "ToolUseBlock": "mnemoscope.message",
+        "UserMsg": "mnemoscope.message",
+        "AgenticMemoryMiddleware": "mnemoscope.middleware",
+        "Mem0Middleware": "mnemoscope.middleware",
+        "MiddlewareBase": "mnemoscope.middleware",
+        "OpenAIChatModel": "mnemoscope.model",
+        "AdditionalWorkingDirectory": "mnemoscope.permission",
+        "PermissionMode": "mnemoscope.permission",
+        "Edit": "mnemoscope.tool",
+        "Glob": "mnemoscope.tool",
+        "Grep": "mnemoscope.tool",
+        "Read": "mnemoscope.tool",
+        "Toolkit": "mnemoscope.tool",
+        "Write": "mnemoscope.tool",
+        "function_tool": "mnemoscope.tool",
+    },
+)
 
 
 __all__ = [

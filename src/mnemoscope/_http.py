@@ -1,4 +1,5 @@
-"""What every HTTP model adapter shares: the default timeout and one error description.
+"""What every HTTP model adapter shares: the default timeout, one error description, and
+the SDK client's ownership (:class:`SDKClientAdapter`).
 
 Each adapter passes its own SDK's exception classes, so an Anthropic connection failure is
 described as one (the classifier once tested only OpenAI's classes and called it "an
@@ -7,8 +8,11 @@ unusable response").
 
 from __future__ import annotations
 
-from mnemoscope._redact import redact_text, scrub_exception
-from mnemoscope.errors import ModelCallError
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from mnemoscope._redact import redact_text, redact_url, scrub_exception
+from mnemoscope.errors import ModelCallError, UserError
 
 DEFAULT_TIMEOUT = 120.0
 """Seconds before a model call times out (per HTTP request)."""
@@ -64,3 +68,104 @@ def model_call_error(
     error = ModelCallError(redact_text(msg))
     error.status_code = status
     return error
+
+
+class SDKClientAdapter:
+    """What an adapter over a provider SDK's async HTTP client keeps: the client, the
+    server it talks to, and whether it built the client (and so closes it).
+
+    Chat models and embedding models over the ``openai`` and ``anthropic`` SDKs mix this in;
+    both SDKs name their failures ``APITimeoutError`` and ``APIConnectionError``, which
+    :meth:`_error` reads from :attr:`_sdk`.
+
+    Attributes:
+        provider: the provider's name, for messages.
+        credential_class: the credential type accepted, and built when none is passed.
+        base_url: the server (``None``: the SDK's default).
+        _repr_fields: the attributes ``repr`` shows, in order (``base_url`` with any
+            password masked).
+    """
+
+    provider: ClassVar[str]
+    credential_class: ClassVar[type[Any]]
+    _repr_fields: ClassVar[tuple[str, ...]] = ("model", "base_url")
+    model: str
+    base_url: str | None
+    credential: Any
+    _sdk: Any  # the SDK module
+    _client: Any
+    _owns_client: bool
+
+    def _open_client(
+        self,
+        *,
+        client: Any | None,
+        credential: Any | None,
+        api_key: str | None,
+        base_url: str | None,
+        build: Callable[[Any, str | None], Any],
+    ) -> None:
+        """Use ``client`` as is, or ``build(credential, base_url)`` one from the credential.
+
+        Raises:
+            UserError: both ``credential`` and ``api_key``, or a credential of another type.
+        """
+        name = type(self).__name__
+        if credential is not None and api_key is not None:
+            raise UserError(f"{name}: pass either credential= or api_key=, not both")
+        if credential is not None and not isinstance(credential, self.credential_class):
+            raise UserError(
+                f"{name} expects credential={self.credential_class.__name__}(...), "
+                f"got {type(credential).__name__}"
+            )
+        self._owns_client = client is None
+        self.credential = credential
+        if client is not None:
+            self.base_url = str(client.base_url)
+            self._client = client
+            return
+        if credential is None:
+            credential = self.credential = self.credential_class(api_key=api_key, base_url=base_url)
+        self.base_url = base_url or credential.base_url
+        self._client = build(credential, self.base_url)
+
+    def _error(self, exc: Exception) -> ModelCallError:
+        """The :class:`ModelCallError` for an exception of the SDK (or of parsing its reply)."""
+        return model_call_error(
+            self.provider,
+            self.model,
+            self.base_url,
+            exc,
+            timeout_errors=(self._sdk.APITimeoutError,),
+            connection_errors=(self._sdk.APIConnectionError,),
+        )
+
+    async def aclose(self) -> None:
+        """Close the HTTP client this adapter built (one passed in stays open). Idempotent."""
+        if self._owns_client:
+            await self._client.close()
+
+    def __repr__(self) -> str:
+        shown = (
+            f"{name}={redact_url(self.base_url) if name == 'base_url' else getattr(self, name)!r}"
+            for name in self._repr_fields
+        )
+        return f"{type(self).__name__}({', '.join(shown)})"
+
+
+def openai_client(timeout: float, max_retries: int) -> Callable[[Any, str | None], Any]:
+    """How an adapter over the ``openai`` SDK builds its client from a credential (the
+    ``build`` of :meth:`SDKClientAdapter._open_client`); chat and embedding models share it."""
+
+    def build(credential: Any, base_url: str | None) -> Any:
+        import openai  # here: importing a package must not import the SDK
+
+        return openai.AsyncOpenAI(
+            api_key=credential.get_api_key(),
+            base_url=base_url,
+            organization=getattr(credential, "organization", None),
+            timeout=timeout,
+            max_retries=max_retries,
+        )
+
+    return build

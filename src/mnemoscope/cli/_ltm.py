@@ -35,7 +35,8 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from mnemoscope.cli._text import CLIUsageError, merge_location, pick_location, plural, progress
+from mnemoscope.cli._text import merge_location, pick_location, plural, progress
+from mnemoscope.errors import CLIUsageError
 
 DB_ENV = "MNEMOSCOPE_LTM_DB"
 DEFAULT_DB = "mnemoscope_ltm.db"

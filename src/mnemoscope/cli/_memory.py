@@ -24,7 +24,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, TextIO
 
-from mnemoscope.cli._text import CLIUsageError, merge_location, pick_location, plural, progress
+from mnemoscope.cli._text import merge_location, pick_location, plural, progress
+from mnemoscope.errors import CLIUsageError
 
 # the agentic memory modules are imported when a memory command runs, not when the
 # `mnemoscope` parser is built (`mnemoscope ltm ...` and `--version` do not need them)

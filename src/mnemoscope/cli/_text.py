@@ -6,7 +6,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from mnemoscope.errors import UserError
+from mnemoscope.errors import CLIUsageError
 
 _PLURALS = {"memory": "memories", "entry": "entries", "memory file": "memory files"}
 
@@ -21,10 +21,6 @@ def plural(count: int, singular: str, plural_form: str | None = None) -> str:
 def progress(message: str) -> None:
     """Say on stderr what a slow step is doing (stdout stays the command's result)."""
     print(message, file=sys.stderr, flush=True)
-
-
-class CLIUsageError(UserError):
-    """A command was called wrongly; the message says how to call it."""
 
 
 def pick_location(

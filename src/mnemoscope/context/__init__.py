@@ -34,9 +34,9 @@ from mnemoscope.context._policy import (
     PINNED_MARK,
     SUMMARY_MARK,
     ContextPolicy,
-    PinBudgetError,
 )
 from mnemoscope.context._recall import RecallHit, RecallIndex, render_recalled, searchable_text
+from mnemoscope.errors import PinBudgetError
 
 __all__ = [
     "COMPRESSED_MARK",

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from mnemoscope.context._policy import PinBudgetError
 from mnemoscope.context._recall import RecallIndex, render_recalled, render_turn, searchable_text
+from mnemoscope.errors import PinBudgetError
 from mnemoscope.message import HintBlock, Msg, SystemMsg, ToolResultBlock, ToolUseBlock, UserMsg
 from mnemoscope.model import HUGE_TEXT_CHARS, count_tokens, fast_estimate_tokens
 from mnemoscope.model import TokenCounter as TokenCounterLike

@@ -36,10 +36,6 @@ COVERS_KEY = "covers"
 """Metadata key of a summary: the ids of exactly the messages it covers."""
 
 
-class PinBudgetError(UserError):
-    """The pinned messages need more tokens than ``ContextPolicy.pin_tokens`` allows."""
-
-
 @dataclass(frozen=True)
 class ContextPolicy:
     """How the model input is budgeted, compacted, offloaded and recalled.

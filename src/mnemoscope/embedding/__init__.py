@@ -12,9 +12,9 @@ Providers are imported on first access: ``import mnemoscope.embedding`` loads ne
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from mnemoscope._lazy import lazy_exports
 from mnemoscope.embedding._base import EmbeddingModelBase
 
 if TYPE_CHECKING:
@@ -39,23 +39,17 @@ __all__ = [
     "static_model_name",
 ]
 
-_LAZY = {
-    "DEFAULT_LOCAL_MODEL": "mnemoscope.embedding._onnx",
-    "static_model_name": "mnemoscope.embedding._static_build",
-    "DashScopeEmbeddingModel": "mnemoscope.embedding._dashscope",
-    "LocalEmbeddingModel": "mnemoscope.embedding._local",
-    "OnnxEmbeddingModel": "mnemoscope.embedding._onnx",
-    "OpenAIEmbeddingModel": "mnemoscope.embedding._openai",
-    "SentenceTransformerEmbedding": "mnemoscope.embedding._torch",
-    "StaticEmbeddingModel": "mnemoscope.embedding._static",
-    "build_static_embedder": "mnemoscope.embedding._static_build",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'mnemoscope.embedding' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "DEFAULT_LOCAL_MODEL": "mnemoscope.embedding._onnx",
+        "static_model_name": "mnemoscope.embedding._static_build",
+        "DashScopeEmbeddingModel": "mnemoscope.embedding._dashscope",
+        "LocalEmbeddingModel": "mnemoscope.embedding._local",
+        "OnnxEmbeddingModel": "mnemoscope.embedding._onnx",
+        "OpenAIEmbeddingModel": "mnemoscope.embedding._openai",
+        "SentenceTransformerEmbedding": "mnemoscope.embedding._torch",
+        "StaticEmbeddingModel": "mnemoscope.embedding._static",
+        "build_static_embedder": "mnemoscope.embedding._static_build",
+    },
+)

@@ -14,15 +14,14 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import openai
 
-from mnemoscope._http import DEFAULT_TIMEOUT, model_call_error
-from mnemoscope._redact import redact_url
+from mnemoscope._http import DEFAULT_TIMEOUT, SDKClientAdapter, openai_client
 from mnemoscope.credential import CredentialBase, OpenAICredential
 from mnemoscope.embedding._base import EmbeddingModelBase
-from mnemoscope.errors import ModelCallError, UserError
+from mnemoscope.errors import ModelCallError
 
 _DIMENSIONS_PREFIXES = ("text-embedding-3", "text-embedding-v3", "text-embedding-v4")
 
@@ -32,7 +31,7 @@ def supports_dimensions(model: str) -> bool:
     return model.startswith(_DIMENSIONS_PREFIXES)
 
 
-class OpenAIEmbeddingModel(EmbeddingModelBase):
+class OpenAIEmbeddingModel(SDKClientAdapter, EmbeddingModelBase):
     """An embedding model served over the OpenAI embeddings API.
 
     Args:
@@ -51,7 +50,9 @@ class OpenAIEmbeddingModel(EmbeddingModelBase):
     """
 
     provider = "openai"
-    credential_class: type[CredentialBase] = OpenAICredential
+    credential_class: ClassVar[type[CredentialBase]] = OpenAICredential
+    _repr_fields = ("model", "dimensions", "base_url")
+    _sdk = openai
 
     def __init__(
         self,
@@ -68,30 +69,15 @@ class OpenAIEmbeddingModel(EmbeddingModelBase):
         client: openai.AsyncOpenAI | None = None,
     ) -> None:
         super().__init__(model, dimensions=dimensions, batch_size=batch_size)
-        if credential is not None and api_key is not None:
-            raise UserError(f"{type(self).__name__}: pass either credential= or api_key=, not both")
-        if credential is not None and not isinstance(credential, self.credential_class):
-            raise UserError(
-                f"{type(self).__name__} expects credential={self.credential_class.__name__}"
-                f"(...), got {type(credential).__name__}"
-            )
         self.send_dimensions = (
             supports_dimensions(model) if send_dimensions is None else send_dimensions
         )
-        self._owns_client = client is None
-        if client is not None:
-            self.base_url: str | None = str(client.base_url)
-            self._client = client
-            return
-        if credential is None:
-            credential = self.credential_class(api_key=api_key, base_url=base_url)
-        self.base_url = base_url or credential.base_url
-        self._client = openai.AsyncOpenAI(
-            api_key=credential.get_api_key(),
-            base_url=self.base_url,
-            organization=getattr(credential, "organization", None),
-            timeout=timeout,
-            max_retries=max_retries,
+        self._open_client(
+            client=client,
+            credential=credential,
+            api_key=api_key,
+            base_url=base_url,
+            build=openai_client(timeout, max_retries),
         )
 
     async def _embed_batch(self, texts: list[str]) -> list[list[float]]:
@@ -103,14 +89,7 @@ class OpenAIEmbeddingModel(EmbeddingModelBase):
         try:
             response = await self._client.embeddings.create(**request)
         except openai.OpenAIError as exc:
-            raise model_call_error(
-                self.provider,
-                self.model,
-                self.base_url,
-                exc,
-                timeout_errors=(openai.APITimeoutError,),
-                connection_errors=(openai.APIConnectionError,),
-            ) from exc
+            raise self._error(exc) from exc
         items = sorted(response.data, key=lambda d: d.index)
         if len(items) != len(texts):
             raise ModelCallError(
@@ -118,14 +97,3 @@ class OpenAIEmbeddingModel(EmbeddingModelBase):
                 f"for {len(texts)} texts"
             )
         return [list(map(float, item.embedding)) for item in items]
-
-    async def aclose(self) -> None:
-        """Close the HTTP client this model built. Safe to call twice."""
-        if self._owns_client:
-            await self._client.close()
-
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(model={self.model!r}, dimensions={self.dimensions}, "
-            f"base_url={redact_url(self.base_url)!r})"
-        )

@@ -16,8 +16,9 @@ Needs the ``inspector`` extra (Starlette): ``pip install 'mnemoscope[inspector]'
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from mnemoscope._lazy import lazy_exports
 from mnemoscope.inspector._audit import AuditEntry, AuditLog
 from mnemoscope.inspector._auth import TokenFileAuth, TokenResolver, load_token_file
 from mnemoscope.inspector._calls import (
@@ -40,12 +41,8 @@ if TYPE_CHECKING:
     from mnemoscope.inspector._app import create_inspector_app
 
 
-def __getattr__(name: str) -> Any:
-    if name == "create_inspector_app":  # needs the 'inspector' extra (Starlette)
-        from mnemoscope.inspector._app import create_inspector_app
-
-        return create_inspector_app
-    raise AttributeError(f"module 'mnemoscope.inspector' has no attribute {name!r}")
+# needs the 'inspector' extra (Starlette)
+__getattr__, __dir__ = lazy_exports(__name__, {"create_inspector_app": "mnemoscope.inspector._app"})
 
 
 __all__ = [

@@ -6,8 +6,9 @@ driver raises an ``ImportError`` naming the extra to install.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from mnemoscope._lazy import lazy_exports
 from mnemoscope.memory._base import (
     MemoryBase,
     MemoryState,
@@ -33,23 +34,18 @@ if TYPE_CHECKING:
     from mnemoscope.memory._sqlalchemy import AsyncSQLAlchemyMemory
     from mnemoscope.memory._sqlalchemy_common import make_tables
 
-_LAZY = {
-    "make_tables": "mnemoscope.memory._sqlalchemy_common",
-    "HistoryEntry": "mnemoscope.memory._ltm_schema",
-    "LocalLongTermMemory": "mnemoscope.memory._local_ltm",
-    "StoredMemoryItem": "mnemoscope.memory._ltm_schema",
-    "Mem0LongTermMemory": "mnemoscope.memory._mem0",
-    "RedisMemory": "mnemoscope.memory._redis",
-    "AsyncSQLAlchemyMemory": "mnemoscope.memory._sqlalchemy",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'mnemoscope.memory' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "make_tables": "mnemoscope.memory._sqlalchemy_common",
+        "HistoryEntry": "mnemoscope.memory._ltm_schema",
+        "LocalLongTermMemory": "mnemoscope.memory._local_ltm",
+        "StoredMemoryItem": "mnemoscope.memory._ltm_schema",
+        "Mem0LongTermMemory": "mnemoscope.memory._mem0",
+        "RedisMemory": "mnemoscope.memory._redis",
+        "AsyncSQLAlchemyMemory": "mnemoscope.memory._sqlalchemy",
+    },
+)
 
 
 __all__ = [

@@ -432,6 +432,10 @@ class MemoryBase(ABC):
     async def aclose(self) -> None:
         """Release connections this backend created (never ones passed in)."""
 
+    async def close(self) -> None:
+        """The same as :meth:`aclose`: every mnemoscope resource answers to both spellings."""
+        await self.aclose()
+
     async def __aenter__(self) -> Self:
         return self
 

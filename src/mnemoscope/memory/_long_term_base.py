@@ -114,6 +114,10 @@ class LongTermMemoryBase(ABC):
     async def aclose(self) -> None:
         """Flush and release resources. Safe to call twice."""
 
+    async def close(self) -> None:
+        """The same as :meth:`aclose`: every mnemoscope resource answers to both spellings."""
+        await self.aclose()
+
     async def __aenter__(self) -> Self:
         return self
 

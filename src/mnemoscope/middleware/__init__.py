@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
+from mnemoscope._lazy import lazy_exports
 from mnemoscope.events import (
     AgentEvent,
     CompactionEvent,
@@ -29,19 +30,19 @@ from mnemoscope.middleware._context import (
 )
 from mnemoscope.middleware._view import AgentStateView, AgentView
 
-_LAZY = {
-    "AgenticMemoryMiddleware": "mnemoscope.middleware._agentic_memory",
-    "Mem0Middleware": "mnemoscope.middleware._mem0",
-    "LongTermMemoryMiddleware": "mnemoscope.middleware._long_term",
-}
+if TYPE_CHECKING:
+    from mnemoscope.middleware._agentic_memory import AgenticMemoryMiddleware
+    from mnemoscope.middleware._long_term import LongTermMemoryMiddleware
+    from mnemoscope.middleware._mem0 import Mem0Middleware
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'mnemoscope.middleware' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "AgenticMemoryMiddleware": "mnemoscope.middleware._agentic_memory",
+        "Mem0Middleware": "mnemoscope.middleware._mem0",
+        "LongTermMemoryMiddleware": "mnemoscope.middleware._long_term",
+    },
+)
 
 
 __all__ = [

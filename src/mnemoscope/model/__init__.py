@@ -6,9 +6,9 @@ pay for importing the ``openai`` SDK until a provider is used.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from mnemoscope._lazy import lazy_exports
 from mnemoscope.model._anthropic_formatter import format_anthropic_messages
 from mnemoscope.model._base import ChatModelBase, ToolSchema
 from mnemoscope.model._openai_formatter import RAW_ARGUMENTS_KEY, format_openai_messages
@@ -48,17 +48,11 @@ __all__ = [
     "tokenizer_name",
 ]
 
-_LAZY = {
-    "AnthropicChatModel": "mnemoscope.model._anthropic",
-    "DashScopeChatModel": "mnemoscope.model._dashscope",
-    "OpenAIChatModel": "mnemoscope.model._openai",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'mnemoscope.model' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "AnthropicChatModel": "mnemoscope.model._anthropic",
+        "DashScopeChatModel": "mnemoscope.model._dashscope",
+        "OpenAIChatModel": "mnemoscope.model._openai",
+    },
+)

@@ -22,14 +22,11 @@ The ``anthropic`` package is imported when the model is constructed; without it 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
-from mnemoscope._http import DEFAULT_TIMEOUT, model_call_error
+from mnemoscope._http import DEFAULT_TIMEOUT
 from mnemoscope._optional import require
-from mnemoscope._redact import redact_url
 from mnemoscope.credential import AnthropicCredential
-from mnemoscope.errors import ModelCallError, UserError
 from mnemoscope.message import Msg
 from mnemoscope.model._anthropic_formatter import (
     AnthropicStreamAccumulator,
@@ -38,15 +35,19 @@ from mnemoscope.model._anthropic_formatter import (
     format_anthropic_tools,
     parse_anthropic_response,
 )
-from mnemoscope.model._base import ChatModelBase, ToolSchema
-from mnemoscope.model._response import ChatChunk, ChatResponse, ToolChoice
+from mnemoscope.model._sdk import SDKChatModel, WireFormat
 from mnemoscope.model._tokens import TokenCounter
 
 DEFAULT_MAX_TOKENS = 4096
 """``max_tokens`` sent when ``generate_kwargs`` does not set it (the API requires one)."""
 
 
-class AnthropicChatModel(ChatModelBase):
+def _request_messages(messages: list[Msg]) -> dict[str, Any]:
+    system, turns = format_anthropic_messages(messages)
+    return {"messages": turns, "system": system} if system else {"messages": turns}
+
+
+class AnthropicChatModel(SDKChatModel):
     """A Claude model.
 
     Args:
@@ -65,6 +66,15 @@ class AnthropicChatModel(ChatModelBase):
     """
 
     provider = "anthropic"
+    credential_class = AnthropicCredential
+    wire = WireFormat(
+        messages=_request_messages,
+        tools=format_anthropic_tools,
+        tool_choice=format_anthropic_tool_choice,
+        parse=parse_anthropic_response,
+        accumulator=AnthropicStreamAccumulator,
+    )
+    _sdk_error = "AnthropicError"
 
     def __init__(
         self,
@@ -82,106 +92,19 @@ class AnthropicChatModel(ChatModelBase):
     ) -> None:
         super().__init__(model, stream=stream, token_counter=token_counter)
         self._sdk = require("anthropic", extra="anthropic", feature="AnthropicChatModel")
-        if credential is not None and api_key is not None:
-            raise UserError("AnthropicChatModel: pass either credential= or api_key=, not both")
         self.generate_kwargs = dict(generate_kwargs or {})
-        self._owns_client = client is None
-        if client is not None:
-            self.credential = credential
-            self.base_url: str | None = str(client.base_url)
-            self._client = client
-            return
-        if credential is None:
-            credential = AnthropicCredential(api_key=api_key, base_url=base_url)
-        self.credential = credential
-        self.base_url = base_url or credential.base_url
-        self._client = self._sdk.AsyncAnthropic(
-            api_key=credential.get_api_key(),
-            base_url=self.base_url,
-            timeout=timeout,
-            max_retries=max_retries,
+        self._open_client(
+            client=client,
+            credential=credential,
+            api_key=api_key,
+            base_url=base_url,
+            build=lambda cred, url: self._sdk.AsyncAnthropic(
+                api_key=cred.get_api_key(), base_url=url, timeout=timeout, max_retries=max_retries
+            ),
         )
 
-    def build_request(
-        self,
-        messages: list[Msg],
-        tools: list[ToolSchema],
-        tool_choice: ToolChoice | None,
-        **kwargs: Any,
-    ) -> dict[str, Any]:
-        """The keyword arguments of ``client.messages.create`` for one call."""
-        system, turns = format_anthropic_messages(messages)
-        request: dict[str, Any] = {
-            "model": self.model,
-            "messages": turns,
-            "max_tokens": DEFAULT_MAX_TOKENS,
-            **self.generate_kwargs,
-            **kwargs,
-        }
-        if system:
-            request["system"] = system
-        if tools:
-            request["tools"] = format_anthropic_tools(tools)
-            choice = format_anthropic_tool_choice(tool_choice)
-            if choice is not None:
-                request["tool_choice"] = choice
-        return request
+    def _options(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        return {"max_tokens": DEFAULT_MAX_TOKENS, **self.generate_kwargs, **kwargs}
 
-    def _error(self, exc: Exception) -> ModelCallError:
-        anthropic = self._sdk
-        return model_call_error(
-            self.provider,
-            self.model,
-            self.base_url,
-            exc,
-            timeout_errors=(anthropic.APITimeoutError,),
-            connection_errors=(anthropic.APIConnectionError,),
-        )
-
-    async def _call(
-        self,
-        messages: list[Msg],
-        tools: list[ToolSchema],
-        tool_choice: ToolChoice | None,
-        **kwargs: Any,
-    ) -> ChatResponse:
-        request = self.build_request(messages, tools, tool_choice, **kwargs)
-        try:
-            message = await self._client.messages.create(**request)
-            return parse_anthropic_response(message.model_dump())
-        except (self._sdk.AnthropicError, ValueError, KeyError, TypeError) as exc:
-            raise self._error(exc) from exc
-
-    async def _stream(
-        self,
-        messages: list[Msg],
-        tools: list[ToolSchema],
-        tool_choice: ToolChoice | None,
-        **kwargs: Any,
-    ) -> AsyncIterator[ChatChunk]:
-        request = self.build_request(messages, tools, tool_choice, **kwargs)
-        request["stream"] = True
-        acc = AnthropicStreamAccumulator()
-        try:
-            stream = await self._client.messages.create(**request)
-            try:
-                async for event in stream:
-                    for delta in acc.feed(event.model_dump()):
-                        yield delta
-            finally:
-                await stream.close()
-            final = acc.finish()
-        except (self._sdk.AnthropicError, ValueError, KeyError, TypeError) as exc:
-            raise self._error(exc) from exc
-        yield ChatChunk(kind="final", final=final)
-
-    async def aclose(self) -> None:
-        """Close the HTTP client this model built. Safe to call twice."""
-        if self._owns_client:
-            await self._client.close()
-
-    def __repr__(self) -> str:
-        return (
-            f"AnthropicChatModel(model={self.model!r}, base_url={redact_url(self.base_url)!r}, "
-            f"stream={self.stream})"
-        )
+    async def _send(self, request: dict[str, Any]) -> Any:
+        return await self._client.messages.create(**request)

@@ -180,6 +180,10 @@ class ChatModelBase(ABC):
     async def aclose(self) -> None:
         """Release network resources. Safe to call twice."""
 
+    async def close(self) -> None:
+        """The same as :meth:`aclose`: every mnemoscope resource answers to both spellings."""
+        await self.aclose()
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r}, stream={self.stream})"
 

@@ -20,18 +20,14 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, ClassVar
 
 import openai
 
-from mnemoscope._http import DEFAULT_TIMEOUT
+from mnemoscope._http import DEFAULT_TIMEOUT, openai_client
 from mnemoscope._http import model_call_error as describe_call_error
-from mnemoscope._redact import redact_url
 from mnemoscope.credential import CredentialBase, OpenAICredential
 from mnemoscope.errors import ModelCallError, UserError
-from mnemoscope.message import Msg
-from mnemoscope.model._base import ChatModelBase, ToolSchema
 from mnemoscope.model._openai_formatter import (
     OpenAIStreamAccumulator,
     format_openai_messages,
@@ -39,7 +35,7 @@ from mnemoscope.model._openai_formatter import (
     format_openai_tools,
     parse_openai_response,
 )
-from mnemoscope.model._response import ChatChunk, ChatResponse, ToolChoice
+from mnemoscope.model._sdk import SDKChatModel, WireFormat
 from mnemoscope.model._tokens import TokenCounter
 
 
@@ -84,7 +80,7 @@ def model_call_error(
     )
 
 
-class OpenAIChatModel(ChatModelBase):
+class OpenAIChatModel(SDKChatModel):
     """A chat model served over the OpenAI chat-completions API.
 
     Args:
@@ -106,7 +102,16 @@ class OpenAIChatModel(ChatModelBase):
     """
 
     provider = "openai"
-    credential_class: type[CredentialBase] = OpenAICredential
+    credential_class: ClassVar[type[CredentialBase]] = OpenAICredential
+    wire = WireFormat(
+        messages=lambda messages: {"messages": format_openai_messages(messages)},
+        tools=format_openai_tools,
+        tool_choice=format_openai_tool_choice,
+        parse=parse_openai_response,
+        accumulator=OpenAIStreamAccumulator,
+    )
+    _sdk = openai
+    _sdk_error = "OpenAIError"
     supports_json_mode = True  # response_format={"type": "json_object"}; some servers refuse it
 
     def __init__(
@@ -126,102 +131,22 @@ class OpenAIChatModel(ChatModelBase):
         super().__init__(model, stream=stream, token_counter=token_counter)
         if not model or not isinstance(model, str):
             raise UserError(f"{type(self).__name__} needs a model name, got model={model!r}")
-        if credential is not None and api_key is not None:
-            raise UserError(f"{type(self).__name__}: pass either credential= or api_key=, not both")
-        if credential is not None and not isinstance(credential, self.credential_class):
-            raise UserError(
-                f"{type(self).__name__} expects credential={self.credential_class.__name__}"
-                f"(...), got {type(credential).__name__}"
-            )
         self.generate_kwargs = dict(generate_kwargs or {})
-        self._owns_client = client is None
-        if client is not None:
-            self.credential = credential
-            self.base_url: str | None = str(client.base_url)
-            self._client = client
-            return
-        if credential is None:
-            credential = self.credential_class(api_key=api_key, base_url=base_url)
-        self.credential = credential
-        self.base_url = base_url or credential.base_url
-        self._client = openai.AsyncOpenAI(
-            api_key=credential.get_api_key(),
-            base_url=self.base_url,
-            organization=getattr(credential, "organization", None),
-            timeout=timeout,
-            max_retries=max_retries,
+        self._open_client(
+            client=client,
+            credential=credential,
+            api_key=api_key,
+            base_url=base_url,
+            build=openai_client(timeout, max_retries),
         )
 
-    # ------------------------------------------------------------------ request
-    def build_request(
-        self,
-        messages: list[Msg],
-        tools: list[ToolSchema],
-        tool_choice: ToolChoice | None,
-        **kwargs: Any,
-    ) -> dict[str, Any]:
-        """The keyword arguments of ``client.chat.completions.create`` for one call."""
-        request: dict[str, Any] = {
-            "model": self.model,
-            "messages": format_openai_messages(messages),
-            **split_generate_kwargs({**self.generate_kwargs, **kwargs}),
-        }
-        if tools:
-            request["tools"] = format_openai_tools(tools)
-            choice = format_openai_tool_choice(tool_choice)
-            if choice is not None:
-                request["tool_choice"] = choice
-        return request
-
-    def _error(self, exc: Exception) -> ModelCallError:
-        return model_call_error(self.provider, self.model, self.base_url, exc)
+    def _options(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        return split_generate_kwargs({**self.generate_kwargs, **kwargs})
 
     # ------------------------------------------------------------------ calling
-    async def _call(
-        self,
-        messages: list[Msg],
-        tools: list[ToolSchema],
-        tool_choice: ToolChoice | None,
-        **kwargs: Any,
-    ) -> ChatResponse:
-        request = self.build_request(messages, tools, tool_choice, **kwargs)
-        try:
-            completion = await self._client.chat.completions.create(**request)
-            return parse_openai_response(completion.model_dump())
-        except (openai.OpenAIError, ValueError, KeyError, TypeError) as exc:
-            raise self._error(exc) from exc
+    async def _send(self, request: dict[str, Any]) -> Any:
+        return await self._client.chat.completions.create(**request)
 
-    async def _stream(
-        self,
-        messages: list[Msg],
-        tools: list[ToolSchema],
-        tool_choice: ToolChoice | None,
-        **kwargs: Any,
-    ) -> AsyncIterator[ChatChunk]:
-        request = self.build_request(messages, tools, tool_choice, **kwargs)
-        request["stream"] = True
+    def _stream_request(self, request: dict[str, Any]) -> None:
+        super()._stream_request(request)
         request.setdefault("stream_options", {"include_usage": True})
-        acc = OpenAIStreamAccumulator()
-        try:
-            stream = await self._client.chat.completions.create(**request)
-            try:
-                async for chunk in stream:
-                    for delta in acc.feed(chunk.model_dump()):
-                        yield delta
-            finally:
-                await stream.close()
-            final = acc.finish()
-        except (openai.OpenAIError, ValueError, KeyError, TypeError) as exc:
-            raise self._error(exc) from exc
-        yield ChatChunk(kind="final", final=final)
-
-    async def aclose(self) -> None:
-        """Close the HTTP client this model built. Safe to call twice."""
-        if self._owns_client:
-            await self._client.close()
-
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(model={self.model!r}, base_url={redact_url(self.base_url)!r}, "
-            f"stream={self.stream})"
-        )

@@ -9,10 +9,11 @@ Needs the ``service`` extra (``pip install 'mnemoscope[service]'``), plus ``redi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from mnemoscope._lazy import lazy_exports
+from mnemoscope.errors import ServiceStoreError
 from mnemoscope.service._auth import StaticTokens, TokenFile, parse_tokens
-from mnemoscope.service._errors import ServiceStoreError
 from mnemoscope.service._events import (
     TERMINAL_TYPES,
     ReplyCancelledEvent,
@@ -34,21 +35,16 @@ if TYPE_CHECKING:
     from mnemoscope.service._pg_store import PostgresServiceStore
     from mnemoscope.service._redis_store import RedisServiceStore
 
-_LAZY = {
-    "ENV_PREFIX": "mnemoscope.service._asgi",
-    "app_from_env": "mnemoscope.service._asgi",
-    "create_app": "mnemoscope.service._app",
-    "PostgresServiceStore": "mnemoscope.service._pg_store",
-    "RedisServiceStore": "mnemoscope.service._redis_store",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'mnemoscope.service' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "ENV_PREFIX": "mnemoscope.service._asgi",
+        "app_from_env": "mnemoscope.service._asgi",
+        "create_app": "mnemoscope.service._app",
+        "PostgresServiceStore": "mnemoscope.service._pg_store",
+        "RedisServiceStore": "mnemoscope.service._redis_store",
+    },
+)
 
 
 __all__ = [

@@ -37,10 +37,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from mnemoscope._optional import require
-from mnemoscope.errors import UserError
+from mnemoscope.errors import ServiceStoreError, UserError
 from mnemoscope.memory import StoredMsg
 from mnemoscope.service._auth import make_authenticator
-from mnemoscope.service._errors import ServiceStoreError
 from mnemoscope.service._events import SSE_KEEPALIVE, ServiceEvent, sse_frame
 from mnemoscope.service._service import (
     BUSY_POLICIES,

@@ -32,8 +32,7 @@ import time
 from typing import Any
 
 from mnemoscope._optional import require
-from mnemoscope.errors import UserError
-from mnemoscope.service._errors import ServiceStoreError
+from mnemoscope.errors import ServiceStoreError, UserError
 from mnemoscope.service._store import (
     Acquired,
     AcquireResult,

@@ -37,7 +37,7 @@ import time
 from typing import Any
 
 from mnemoscope._optional import require
-from mnemoscope.service._errors import ServiceStoreError
+from mnemoscope.errors import ServiceStoreError
 from mnemoscope.service._store import (
     Acquired,
     AcquireResult,

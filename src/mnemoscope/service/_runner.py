@@ -19,7 +19,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from mnemoscope.service._errors import ServiceStoreError
+from mnemoscope.errors import ServiceStoreError
 from mnemoscope.service._events import (
     TERMINAL_TYPES,
     ReplyCancelledEvent,

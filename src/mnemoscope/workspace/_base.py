@@ -24,38 +24,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from mnemoscope.errors import MnemoscopeError, PermissionDeniedError, UserError
+from mnemoscope.errors import (
+    EditMatchError,
+    FileChangedError,
+    PathDeniedError,
+    UserError,
+    WorkspaceError,
+    WorkspaceFileNotFoundError,
+)
 from mnemoscope.workspace._fsops import ABSENT
 from mnemoscope.workspace._fsops_search import GREP_TIME_LIMIT
-
-
-class WorkspaceError(MnemoscopeError):
-    """A backend operation failed. ``code`` is one of ``denied``, ``not_found``,
-    ``is_directory``, ``conflict``, ``no_match``, ``multiple_matches``, ``too_large``,
-    ``binary``, ``invalid``, ``read_only``, ``io``, ``unavailable``, ``too_slow`` (a
-    grep ran over its time limit)."""
-
-    def __init__(self, message: str, code: str = "io") -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-class PathDeniedError(WorkspaceError, PermissionDeniedError):
-    """The path is outside the allowed roots, not a regular file, or malformed."""
-
-
-class WorkspaceFileNotFoundError(WorkspaceError, FileNotFoundError):
-    """The file or directory does not exist."""
-
-
-class FileChangedError(WorkspaceError):
-    """The file changed since the version the caller expected (read it again)."""
-
-
-class EditMatchError(WorkspaceError):
-    """``old_string`` was not found, or found more than once without ``replace_all``."""
-
 
 _CLASSES: dict[str, type[WorkspaceError]] = {
     "denied": PathDeniedError,
@@ -470,6 +448,10 @@ class WorkspaceBase(ABC):
     @abstractmethod
     async def close(self) -> None:
         """Release what :meth:`initialize` created (idempotent)."""
+
+    async def aclose(self) -> None:
+        """The same as :meth:`close`: every mnemoscope resource answers to both spellings."""
+        await self.close()
 
     def get_backend(self) -> BackendBase:
         """The backend of this workspace; :meth:`initialize` must have been awaited."""
