@@ -176,3 +176,43 @@ async def test_system_prompt_is_built_once_per_reply_unless_it_changed() -> None
     await agent.reply("again")
     assert mw.builds == 3
     assert model.calls[-1].system_prompt == "base\n[index v1]"
+
+
+async def test_typed_reply_state_is_per_middleware_per_reply_and_apart_from_the_dict() -> None:
+    from dataclasses import dataclass, field
+
+    @dataclass
+    class Calls:
+        iterations: list[int] = field(default_factory=list)
+
+    seen: list[tuple[str, list[int]]] = []
+
+    class Counter(MiddlewareBase):
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        async def on_reasoning(self, ctx: ReasoningContext, next_handler):  # type: ignore[no-untyped-def, override]
+            state = ctx.reply.state_for(self, Calls)
+            state.iterations.append(ctx.iteration)
+            ctx.reply.state_for(self)["plain"] = True  # the dict is a separate state
+            assert ctx.reply.state_for(self, Calls) is state
+            async for event in next_handler(ctx):
+                yield event
+
+        async def on_reply(self, ctx: ReplyContext, next_handler):  # type: ignore[no-untyped-def, override]
+            async for event in next_handler(ctx):
+                yield event
+            seen.append((self.name, ctx.state_for(self, Calls).iterations))
+            assert ctx.state_for(self) == {"plain": True}
+
+    model = ScriptedChatModel([tool_call("echo", text="x"), "done", "again"])
+    agent = Agent(
+        name="a",
+        system_prompt="",
+        model=model,
+        toolkit=Toolkit(tools=[echo]),
+        middlewares=[Counter("one"), Counter("two")],
+    )
+    await agent.reply("first")
+    await agent.reply("second")  # a new reply starts with fresh state
+    assert seen == [("two", [1, 2]), ("one", [1, 2]), ("two", [1]), ("one", [1])]

@@ -271,14 +271,37 @@ async def test_agent_control_has_tools_and_nudge_but_no_automatic_memory() -> No
     assert store.record_calls == []
 
 
-async def test_nudge_only_names_tools_in_the_toolkit(caplog: pytest.LogCaptureFixture) -> None:
-    mw = LongTermMemoryMiddleware(WordStore(), user_id="alice", mode="both")
+@pytest.mark.parametrize("mode", ["agent_control", "both"])
+async def test_a_mode_with_tools_but_none_in_the_toolkit_is_refused(mode: str) -> None:
+    mw = LongTermMemoryMiddleware(WordStore(), user_id="alice", mode=mode)  # type: ignore[arg-type]
+    with pytest.raises(UserError, match=r"none of them is in the toolkit.*list_tools\(\)"):
+        Agent(name="a", system_prompt="Base.", model=ScriptedChatModel(["ok"]), middlewares=[mw])
+    # tools of the same name from another instance are not this middleware's tools
+    other = await LongTermMemoryMiddleware(WordStore(), user_id="bob", mode=mode).list_tools()  # type: ignore[arg-type]
+    with pytest.raises(UserError, match="none of them"):
+        Agent(
+            name="a",
+            system_prompt="Base.",
+            model=ScriptedChatModel(["ok"]),
+            toolkit=Toolkit(tools=other),
+            middlewares=[mw],
+        )
+
+
+async def test_the_nudge_names_only_the_tools_in_the_toolkit() -> None:
+    mw = LongTermMemoryMiddleware(WordStore(), user_id="alice", mode="agent_control")
+    search, _add = await mw.list_tools()
     model = ScriptedChatModel(["ok"])
-    with caplog.at_level(logging.WARNING, logger="mnemoscope.middleware.long_term"):
-        agent = Agent(name="a", system_prompt="Base.", model=model, middlewares=[mw])
-    assert "lacks its tools" in caplog.text
+    agent = Agent(
+        name="a",
+        system_prompt="Base.",
+        model=model,
+        toolkit=Toolkit(tools=[search]),
+        middlewares=[mw],
+    )
     await agent.reply("hi")
-    assert model.calls[0].system_prompt == "Base."
+    assert "search_memory" in model.calls[0].system_prompt
+    assert "add_memory" not in model.calls[0].system_prompt
 
 
 async def test_both_mode_injects_and_offers_tools() -> None:

@@ -281,7 +281,13 @@ async def test_prebuilt_async_memory_as_client(path: str, middlewares: list[Any]
     found = await owner.search_memory(["tea"])  # the client was not closed
     assert "Alice prefers tea." in found.output
     # the agent may use the ignored model: the middleware does not run it
-    Agent(name="a", system_prompt="", model=ignored, middlewares=[mw])
+    Agent(
+        name="a",
+        system_prompt="",
+        model=ignored,
+        toolkit=Toolkit(tools=await mw.list_tools()),
+        middlewares=[mw],
+    )
 
 
 def test_sync_clients_are_rejected() -> None:
@@ -310,7 +316,11 @@ async def test_dimension_mismatch_fails_at_construction(path: str, middlewares: 
 def test_shared_model_instance_is_refused(path: str) -> None:
     shared = ScriptedChatModel([])
     mw = Mem0Middleware(
-        user_id="alice", chat_model=shared, embedding_model=HashEmbeddingModel(64), path=path
+        user_id="alice",
+        chat_model=shared,
+        embedding_model=HashEmbeddingModel(64),
+        path=path,
+        mode="static_control",  # no tools to wire: only the model check is under test
     )
     try:
         with pytest.raises(UserError, match="share one chat-model instance"):
@@ -319,7 +329,11 @@ def test_shared_model_instance_is_refused(path: str) -> None:
         mem0_llm = OpenAIChatModel("m", api_key="sk-test", base_url="http://127.0.0.1:9/v1")
         twin = OpenAIChatModel("m", client=mem0_llm._client)
         mw2 = Mem0Middleware(
-            user_id="a", chat_model=mem0_llm, embedding_model=HashEmbeddingModel(64), path=path
+            user_id="a",
+            chat_model=mem0_llm,
+            embedding_model=HashEmbeddingModel(64),
+            path=path,
+            mode="static_control",
         )
         try:
             with pytest.raises(UserError, match="share one chat-model instance"):

@@ -67,6 +67,10 @@ class ToolResultBlock(_Block):
     name: str
     output: str | list[Annotated[TextBlock | ImageBlock, Field(discriminator="type")]] = ""
     state: ToolResultState = "success"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """What the tool reported besides its output (``ToolResult.metadata``: a file's version,
+    a match count), JSON values only. Stored with the message and shown to the application
+    (events, the inspector); never sent to the model."""
 
     @property
     def is_error(self) -> bool:

@@ -1,17 +1,17 @@
 """Typed context objects handed to middleware hooks.
 
 A :class:`ReplyContext` lives for exactly one ``reply``/``reply_stream`` call. Middleware
-keeps its per-reply state in ``ctx.state_for(self)`` (never on the middleware instance),
-and starts background work with ``ctx.spawn(...)`` so that the task belongs to the reply
+keeps its per-reply state in ``ctx.state_for(self, MyState)`` (never on the middleware
+instance), and starts background work with ``ctx.spawn(...)`` so that the task belongs to the reply
 and is cancelled when the reply ends.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from mnemoscope.events import AgentEvent
 from mnemoscope.message import HintBlock, Msg, ToolResultBlock, ToolUseBlock, new_id
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from mnemoscope.tool import ToolBase
 
 _T = TypeVar("_T")
+_S = TypeVar("_S")
 
 ExitReason = Literal["done", "max_iters", "error", "cancelled"]
 
@@ -52,13 +53,33 @@ class ReplyContext:
     result: Msg | None = None
     exit_reason: ExitReason | None = None
     pending_hints: list[HintBlock] = field(default_factory=list)
-    _state: dict[int, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
+    _state: dict[tuple[int, object], Any] = field(default_factory=dict, init=False, repr=False)
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set, init=False, repr=False)
     _events: list[AgentEvent] = field(default_factory=list, init=False, repr=False)
 
-    def state_for(self, owner: object) -> dict[str, Any]:
-        """Per-reply scratch space of one middleware (keyed by identity)."""
-        return self._state.setdefault(id(owner), {})
+    @overload
+    def state_for(self, owner: object) -> dict[str, Any]: ...
+    @overload
+    def state_for(self, owner: object, factory: Callable[[], _S]) -> _S: ...
+    def state_for(self, owner: object, factory: Callable[[], Any] | None = None) -> Any:
+        """Per-reply state of one middleware (keyed by identity), made on first use.
+
+        With a ``factory`` (usually a dataclass) the state is that object, typed::
+
+            @dataclass
+            class _Seen:
+                files: set[str] = field(default_factory=set)
+
+            seen = ctx.state_for(self, _Seen)   # a _Seen, the same one for this reply
+
+        Without one it is a ``dict[str, Any]``. The factory is part of the key, so asking
+        with a factory never returns the dict, nor an object another factory made: pass a
+        class or a module-level function, not a lambda made anew on every call.
+        """
+        key = (id(owner), factory)
+        if key not in self._state:
+            self._state[key] = {} if factory is None else factory()
+        return self._state[key]
 
     def spawn(self, coro: Coroutine[Any, Any, _T], *, name: str | None = None) -> asyncio.Task[_T]:
         """Start a task owned by this reply; unfinished ones are cancelled at its end."""

@@ -189,13 +189,23 @@ class LongTermMemoryMiddleware(MiddlewareBase):
 
     # -------------------------------------------------------------- lifecycle
     def setup(self, agent: AgentView) -> None:
+        """Check, when the agent is built, that a mode with tools has them in the toolkit.
+
+        The agent does not collect middleware tools (as in AgentScope): the user passes
+        them. Offering some of them (only ``search_memory``, say) is a choice; offering none
+        in ``agent_control`` or ``both`` is a mistake that would leave the model without
+        memory tools and the prompt without its nudge, so it is refused.
+
+        Raises:
+            UserError: none of this middleware's tools is in the agent's toolkit.
+        """
         if self.agentic and not any(agent.toolkit.get(t.name) is t for t in self._tools):
-            logger.warning(
-                "%r runs in mode=%r but the agent %r lacks its tools; pass "
-                "Toolkit(tools=await middleware.list_tools())",
-                self,
-                self.mode,
-                agent.name,
+            names = " and ".join(t.name for t in self._tools)
+            raise UserError(
+                f"{self!r} runs in mode={self.mode!r}, which offers the tools {names}, but "
+                f"none of them is in the toolkit of agent {agent.name!r}; build the agent "
+                "with toolkit=Toolkit(tools=await middleware.list_tools()) (add your own "
+                "tools to that list), or use mode='static_control' for memory without tools"
             )
 
     async def list_tools(self) -> list[ToolBase]:

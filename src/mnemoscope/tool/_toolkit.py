@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -239,8 +240,12 @@ class Toolkit:
                 raise  # the caller's cancellation is never swallowed
             return self._failed(tool, tool_use, exc)
         try:
+            metadata: dict[str, Any] = {}
             if isinstance(result, ToolResult):
                 output, is_error = result.output, result.is_error
+                if result.metadata:
+                    # stored with the message: it must survive every backend's JSON
+                    metadata = json.loads(json.dumps(result.metadata))
             else:
                 output, is_error = to_text(result), False
             return ToolResultBlock(
@@ -248,6 +253,7 @@ class Toolkit:
                 name=tool_use.name,
                 output=output,
                 state="error" if is_error else "success",
+                metadata=metadata,
             )
         except Exception as exc:
             return _error(
