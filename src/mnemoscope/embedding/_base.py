@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import Any
 
 from mnemoscope.errors import UserError
 
@@ -58,3 +60,29 @@ class EmbeddingModelBase(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r}, dimensions={self.dimensions})"
+
+
+class ThreadedEmbeddingModelBase(EmbeddingModelBase):
+    """An embedder that computes on this machine, in a worker thread.
+
+    Subclasses implement :meth:`_load` (build the model once, under a lock, and return it)
+    and :meth:`_encode` (blocking; loads on first use); the event loop never waits on
+    either.
+    """
+
+    @abstractmethod
+    def _load(self) -> Any:
+        """Build the model on the first call and return it (the same one afterwards)."""
+
+    @abstractmethod
+    def _encode(self, texts: list[str]) -> list[list[float]]:
+        """Embed ``texts`` (blocking)."""
+
+    async def load(self) -> None:
+        """Load the model now (in a worker thread) instead of on the first ``embed``."""
+        await asyncio.to_thread(self._load)
+
+    async def _embed_batch(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        return await asyncio.to_thread(self._encode, texts)

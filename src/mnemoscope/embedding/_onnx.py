@@ -22,7 +22,6 @@ worker thread so the event loop keeps serving other tasks.
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import threading
 from collections.abc import Sequence
@@ -32,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from mnemoscope._optional import require
-from mnemoscope.embedding._base import EmbeddingModelBase
+from mnemoscope.embedding._base import ThreadedEmbeddingModelBase
 from mnemoscope.errors import MissingExtraError, UserError
 
 DEFAULT_LOCAL_MODEL = "all-MiniLM-L6-v2"
@@ -108,7 +107,13 @@ def run_encoder(session: Any, ids: Any, mask: Any) -> Any:
     return (summed / np.clip(weights.sum(axis=1), 1e-9, None)).astype(np.float32)
 
 
-class OnnxEmbeddingModel(EmbeddingModelBase):
+def l2_normalize(vectors: Any) -> Any:
+    """Each row of ``vectors`` scaled to length 1 (an all-zero row stays zero)."""
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.clip(norms, 1e-12, None)
+
+
+class OnnxEmbeddingModel(ThreadedEmbeddingModelBase):
     """A sentence-transformers model exported to ONNX, run by onnxruntime on the CPU.
 
     Args:
@@ -191,8 +196,7 @@ class OnnxEmbeddingModel(EmbeddingModelBase):
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
         array = run_encoder(session, ids, mask)
         if self.normalize:
-            norms = np.linalg.norm(array, axis=1, keepdims=True)
-            array = array / np.clip(norms, 1e-12, None)
+            array = l2_normalize(array)
         result: list[list[float]] = array.tolist()
         return result
 
@@ -206,15 +210,6 @@ class OnnxEmbeddingModel(EmbeddingModelBase):
         for position, index in enumerate(order):
             out[index] = vectors[position]
         return out
-
-    async def load(self) -> None:
-        """Build the session now (in a worker thread) instead of on the first ``embed``."""
-        await asyncio.to_thread(self._load)
-
-    async def _embed_batch(self, texts: list[str]) -> list[list[float]]:
-        if not texts:
-            return []
-        return await asyncio.to_thread(self._encode, texts)
 
     async def aclose(self) -> None:
         """Drop the session. Safe to call twice."""
