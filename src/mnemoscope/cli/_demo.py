@@ -27,7 +27,7 @@ import tempfile
 from typing import Any, TextIO
 
 from mnemoscope.agent import Agent
-from mnemoscope.cli._text import plural
+from mnemoscope.cli._text import aclose_all, plural
 from mnemoscope.errors import MissingExtraError
 from mnemoscope.memory import LocalLongTermMemory, MemoryBase
 from mnemoscope.memory.markdown import render_memory_file
@@ -231,11 +231,7 @@ async def run_demo(out: TextIO, workdir: str | None = None) -> int:
             f"  mnemoscope demo --workdir {workdir}     # again: everything is resumed\n"
         )
     finally:
-        for mw in middlewares:
-            await mw.aclose()
-        if session is not None:
-            await session.aclose()
-        await store.aclose()
+        await aclose_all(*middlewares, session, store)
     return 0
 
 
