@@ -32,8 +32,12 @@ import time
 from typing import Any
 
 from mnemoscope._optional import require
-from mnemoscope.workspace._base import ExecResult, WorkspaceBase, WorkspaceError
-from mnemoscope.workspace._remote import HELPER_PATH, RemoteHelperBackendBase
+from mnemoscope.workspace._base import ExecResult, WorkspaceError
+from mnemoscope.workspace._remote import (
+    HELPER_PATH,
+    RemoteHelperBackendBase,
+    RemoteWorkspaceBase,
+)
 
 # what every container we create gets unless run_kwargs says otherwise
 SECURE_RUN_DEFAULTS: dict[str, Any] = {
@@ -66,9 +70,8 @@ class DockerBackend(RemoteHelperBackendBase):
     where = "the container"
 
     def __init__(self, container: Any, workdir: str = "/workspace", python: str = "python3"):
-        super().__init__(workdir)
+        super().__init__(workdir, python)
         self.container = container
-        self.python = python
 
     @property
     def key(self) -> str:
@@ -122,7 +125,7 @@ class DockerBackend(RemoteHelperBackendBase):
         )
 
 
-class DockerWorkspace(WorkspaceBase):
+class DockerWorkspace(RemoteWorkspaceBase):
     """A container as a workspace.
 
     Args:
@@ -147,9 +150,8 @@ class DockerWorkspace(WorkspaceBase):
         container: Any = None,
         run_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(workdir)
         self.image = image
-        self._workdir = workdir
         self.network = network
         self._client = client
         self._owns_client = client is None
@@ -157,13 +159,7 @@ class DockerWorkspace(WorkspaceBase):
         self._owns_container = container is None
         self.run_kwargs = dict(run_kwargs or {})
 
-    @property
-    def workdir(self) -> str:
-        return self._workdir
-
-    async def initialize(self) -> None:
-        if self._backend is not None:
-            return
+    async def _start(self) -> RemoteHelperBackendBase:
         docker = require("docker", extra="docker", feature="DockerWorkspace")
         if self._client is None:
             try:
@@ -187,10 +183,7 @@ class DockerWorkspace(WorkspaceBase):
             self._container = await asyncio.to_thread(
                 self._client.containers.run, self.image, ["sleep", "infinity"], **kwargs
             )
-        backend = DockerBackend(self._container, self._workdir)
-        await backend.install_helper()
-        await backend._call("ping", {})
-        self._backend = backend
+        return DockerBackend(self._container, self._workdir)
 
     async def close(self) -> None:
         self._backend = None

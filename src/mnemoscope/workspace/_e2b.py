@@ -21,8 +21,12 @@ from typing import Any
 
 from mnemoscope._optional import require
 from mnemoscope.errors import UserError
-from mnemoscope.workspace._base import ExecResult, WorkspaceBase
-from mnemoscope.workspace._remote import HELPER_PATH, RemoteHelperBackendBase
+from mnemoscope.workspace._base import ExecResult
+from mnemoscope.workspace._remote import (
+    HELPER_PATH,
+    RemoteHelperBackendBase,
+    RemoteWorkspaceBase,
+)
 
 
 class E2BBackend(RemoteHelperBackendBase):
@@ -41,9 +45,8 @@ class E2BBackend(RemoteHelperBackendBase):
     def __init__(
         self, sandbox: Any, workdir: str = "/home/user/workspace", python: str = "python3"
     ):
-        super().__init__(workdir)
+        super().__init__(workdir, python)
         self.sandbox = sandbox
-        self.python = python
 
     @property
     def key(self) -> str:
@@ -76,7 +79,7 @@ class E2BBackend(RemoteHelperBackendBase):
         return ExecResult(exit_code=res.exit_code, stdout=res.stdout, stderr=res.stderr)
 
 
-class E2BWorkspace(WorkspaceBase):
+class E2BWorkspace(RemoteWorkspaceBase):
     """An E2B sandbox as a workspace.
 
     Args:
@@ -98,22 +101,15 @@ class E2BWorkspace(WorkspaceBase):
         network: bool = False,
         sandbox: Any = None,
     ) -> None:
-        super().__init__()
+        super().__init__(workdir)
         self.template = template
-        self._workdir = workdir
         self.api_key = api_key
         self.timeout = timeout
         self.network = network
         self._sandbox = sandbox
         self._owns_sandbox = sandbox is None
 
-    @property
-    def workdir(self) -> str:
-        return self._workdir
-
-    async def initialize(self) -> None:
-        if self._backend is not None:
-            return
+    async def _start(self) -> RemoteHelperBackendBase:
         e2b = require("e2b", extra="e2b", feature="E2BWorkspace")
         if self._sandbox is None:
             api_key = self.api_key or os.environ.get("E2B_API_KEY")
@@ -127,10 +123,7 @@ class E2BWorkspace(WorkspaceBase):
                 allow_internet_access=self.network,
                 api_key=api_key,
             )
-        backend = E2BBackend(self._sandbox, self._workdir)
-        await backend.install_helper()
-        await backend._call("ping", {})
-        self._backend = backend
+        return E2BBackend(self._sandbox, self._workdir)
 
     async def close(self) -> None:
         self._backend = None

@@ -4,8 +4,8 @@ Both copy the files of ``_fsops.helper_files()`` to :data:`HELPER_DIR` in the co
 sandbox and run each file operation as one process there, ``python3 _fsops.py once
 REQUEST``. A request longer than the backend's :attr:`RemoteHelperBackendBase.inline_limit`
 does not fit on a command line: it travels as a file, ``once @path``, which the helper
-deletes once read. A subclass says how to make directories, copy a file in and run the
-helper; this class does the rest.
+deletes once read. A backend subclass says how to make directories, copy a file in and
+run the helper; a workspace subclass says how to reach or create the machine.
 """
 
 from __future__ import annotations
@@ -16,7 +16,13 @@ from abc import abstractmethod
 from typing import Any, ClassVar
 
 from mnemoscope.workspace import _fsops
-from mnemoscope.workspace._base import BackendBase, WorkspaceError, helper_answer, helper_request
+from mnemoscope.workspace._base import (
+    BackendBase,
+    WorkspaceBase,
+    WorkspaceError,
+    helper_answer,
+    helper_request,
+)
 
 HELPER_DIR = "/tmp/.mnemoscope"
 HELPER_PATH = HELPER_DIR + "/_fsops.py"
@@ -33,7 +39,10 @@ class RemoteHelperBackendBase(BackendBase):
 
     inline_limit: ClassVar[int]
     where: ClassVar[str]
-    python: str
+
+    def __init__(self, workdir: str, python: str) -> None:
+        super().__init__(workdir)
+        self.python = python
 
     @abstractmethod
     async def _make_dirs(self, *paths: str) -> None:
@@ -68,3 +77,31 @@ class RemoteHelperBackendBase(BackendBase):
                 "unavailable",
             )
         return helper_answer(out)
+
+
+class RemoteWorkspaceBase(WorkspaceBase):
+    """A workspace on a remote machine that :meth:`initialize` creates or attaches to.
+
+    Subclasses implement :meth:`_start`; :meth:`initialize` then installs the helper and
+    checks that it answers before the workspace hands out its backend.
+    """
+
+    def __init__(self, workdir: str) -> None:
+        super().__init__()
+        self._workdir = workdir
+
+    @property
+    def workdir(self) -> str:
+        return self._workdir
+
+    @abstractmethod
+    async def _start(self) -> RemoteHelperBackendBase:
+        """Reach or create the machine, and return a backend on it."""
+
+    async def initialize(self) -> None:
+        if self._backend is not None:
+            return
+        backend = await self._start()
+        await backend.install_helper()
+        await backend._call("ping", {})
+        self._backend = backend
