@@ -23,7 +23,6 @@ worker thread so the event loop keeps serving other tasks.
 from __future__ import annotations
 
 import importlib.util
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -168,26 +167,14 @@ class OnnxEmbeddingModel(ThreadedEmbeddingModelBase):
         self.normalize = normalize
         self.threads = threads
         self.max_length = max_length
-        self._session: Any = None
-        self._tokenizer: Any = None
-        self._load_lock = threading.Lock()
 
-    def _load(self) -> tuple[Any, Any]:
-        with self._load_lock:
-            if self._session is None:
-                session = onnx_session(self.model_file, self.threads)
-                out = session.get_outputs()[0].shape
-                actual = out[-1] if out and isinstance(out[-1], int) else None
-                if actual is not None and actual != self.dimensions:
-                    raise UserError(
-                        f"OnnxEmbeddingModel({self.model!r}) produces {actual}-dimensional "
-                        f"vectors but dimensions={self.dimensions}; pass dimensions={actual}"
-                    )
-                self._tokenizer = load_tokenizer(
-                    self.tokenizer_file, max_length=self.max_length, pad=True
-                )
-                self._session = session
-            return self._session, self._tokenizer
+    def _build(self) -> tuple[Any, Any]:
+        """The onnxruntime session and the tokenizer."""
+        session = onnx_session(self.model_file, self.threads)
+        out = session.get_outputs()[0].shape
+        self._check_dimensions(out[-1] if out and isinstance(out[-1], int) else None)
+        tokenizer = load_tokenizer(self.tokenizer_file, max_length=self.max_length, pad=True)
+        return session, tokenizer
 
     def _encode(self, texts: list[str]) -> list[list[float]]:
         session, tokenizer = self._load()
@@ -210,9 +197,3 @@ class OnnxEmbeddingModel(ThreadedEmbeddingModelBase):
         for position, index in enumerate(order):
             out[index] = vectors[position]
         return out
-
-    async def aclose(self) -> None:
-        """Drop the session. Safe to call twice."""
-        with self._load_lock:
-            self._session = None
-            self._tokenizer = None

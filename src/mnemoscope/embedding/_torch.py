@@ -28,7 +28,6 @@ name, interchangeable in a store.
 from __future__ import annotations
 
 import importlib.util
-import threading
 from pathlib import Path
 from typing import Any, Literal
 
@@ -124,33 +123,23 @@ class SentenceTransformerEmbedding(ThreadedEmbeddingModelBase):
         self.normalize = normalize
         self.dtype = dtype
         self.query_threads = query_threads
-        self._model: Any = None
         self._torch: Any = None
-        self._load_lock = threading.Lock()
 
-    def _load(self) -> Any:
-        with self._load_lock:
-            if self._model is not None:
-                return self._model
-            st = require(
-                "sentence_transformers", extra="local-torch", feature="SentenceTransformerEmbedding"
-            )
-            model = st.SentenceTransformer(self.path, device=self.device, local_files_only=True)
-            get_dim = getattr(model, "get_embedding_dimension", None)
-            get_dim = get_dim or model.get_sentence_embedding_dimension
-            actual = get_dim()
-            if actual is not None and actual != self.dimensions:
-                raise UserError(
-                    f"SentenceTransformerEmbedding({self.model!r}) produces {actual}-dimensional "
-                    f"vectors but dimensions={self.dimensions}; pass dimensions={actual}"
-                )
-            torch = require("torch", extra="local-torch", feature="SentenceTransformerEmbedding")
-            cpu = str(model.device).startswith("cpu")
-            if self.dtype == "bfloat16" or (self.dtype == "auto" and cpu and _native_bf16(torch)):
-                model.to(torch.bfloat16)
-            self._torch = torch
-            self._model = model
-            return model
+    def _build(self) -> Any:
+        """The sentence-transformers model, in bfloat16 where that is native or asked for."""
+        st = require(
+            "sentence_transformers", extra="local-torch", feature="SentenceTransformerEmbedding"
+        )
+        model = st.SentenceTransformer(self.path, device=self.device, local_files_only=True)
+        get_dim = getattr(model, "get_embedding_dimension", None)
+        get_dim = get_dim or model.get_sentence_embedding_dimension
+        self._check_dimensions(get_dim())
+        torch = require("torch", extra="local-torch", feature="SentenceTransformerEmbedding")
+        cpu = str(model.device).startswith("cpu")
+        if self.dtype == "bfloat16" or (self.dtype == "auto" and cpu and _native_bf16(torch)):
+            model.to(torch.bfloat16)
+        self._torch = torch
+        return model
 
     def _encode(self, texts: list[str]) -> list[list[float]]:
         model = self._load()
@@ -188,7 +177,3 @@ class SentenceTransformerEmbedding(ThreadedEmbeddingModelBase):
         finally:
             if switch:
                 torch.set_num_threads(before)
-
-    async def aclose(self) -> None:
-        """Drop the loaded model. Safe to call twice."""
-        self._model = None
