@@ -15,6 +15,7 @@ import os
 import sys
 from typing import Any, TextIO
 
+from mnemoscope.cli._text import aclose_all
 from mnemoscope.errors import MnemoscopeError, UserError
 
 PROVIDERS = ("openai", "ollama", "dashscope", "anthropic")
@@ -126,11 +127,7 @@ async def _chat_loop(args: argparse.Namespace, model: Any, stdin: TextIO, stdout
             tools += [Read(), Write(), Edit()]
         return await _converse(args, model, middlewares, tools, memory, stdin, stdout)
     finally:
-        for mw in middlewares:
-            await mw.aclose()
-        if memory is not None:
-            await memory.aclose()
-        await model.aclose()
+        await aclose_all(*middlewares, memory, model)
 
 
 async def _converse(

@@ -27,7 +27,7 @@ import tempfile
 from typing import Any, TextIO
 
 from mnemoscope.agent import Agent
-from mnemoscope.cli._text import plural
+from mnemoscope.cli._text import aclose_all, plural
 from mnemoscope.errors import MissingExtraError
 from mnemoscope.memory import LocalLongTermMemory, MemoryBase
 from mnemoscope.memory.markdown import render_memory_file
@@ -137,6 +137,20 @@ async def _play(agent: Agent, text: str, out: TextIO) -> None:
             out.write(f"{agent.name} > {reply}\n")
 
 
+def _assistant(
+    model: ScriptedChatModel, middlewares: list[MiddlewareBase], memory: MemoryBase | None = None
+) -> Agent:
+    """The demo's agent: the file tools and the memory layers given."""
+    return Agent(
+        name="assistant",
+        system_prompt="You are a helpful assistant.",
+        model=model,
+        toolkit=Toolkit(tools=[Read(), Write(), Edit()]),
+        middlewares=middlewares,
+        memory=memory,
+    )
+
+
 def _session(workdir: str) -> tuple[MemoryBase | None, str]:
     path = os.path.join(workdir, "session.db")
     try:
@@ -173,13 +187,7 @@ async def run_demo(out: TextIO, workdir: str | None = None) -> int:
         )
         one_ltm = LongTermMemoryMiddleware(store, user_id=USER_ID, mode="static_control")
         middlewares.append(one_ltm)
-        agent = Agent(
-            name="assistant",
-            system_prompt="You are a helpful assistant.",
-            model=model,
-            toolkit=Toolkit(tools=[Read(), Write(), Edit()]),
-            middlewares=[agentic, one_ltm],
-        )
+        agent = _assistant(model, [agentic, one_ltm])
         agent.state.permission_context.mode = PermissionMode.ACCEPT_EDITS
         agent.state.permission_context.working_directories[workdir] = AdditionalWorkingDirectory(
             path=workdir, source="demo"
@@ -200,14 +208,7 @@ async def run_demo(out: TextIO, workdir: str | None = None) -> int:
         two_agentic = AgenticMemoryMiddleware(workdir=workdir)
         two_ltm = LongTermMemoryMiddleware(store, user_id=USER_ID, mode="static_control")
         middlewares += [two_agentic, two_ltm]
-        new_agent = Agent(
-            name="assistant",
-            system_prompt="You are a helpful assistant.",
-            model=model,
-            toolkit=Toolkit(tools=[Read(), Write(), Edit()]),
-            middlewares=[two_agentic, two_ltm],
-            memory=session,
-        )
+        new_agent = _assistant(model, [two_agentic, two_ltm], session)
         out.write("\n=== 2. agent two, recreated on the same workdir ===\n")
         if session is not None:
             resumed = "resumed: " if before else "new session: "
@@ -231,11 +232,7 @@ async def run_demo(out: TextIO, workdir: str | None = None) -> int:
             f"  mnemoscope demo --workdir {workdir}     # again: everything is resumed\n"
         )
     finally:
-        for mw in middlewares:
-            await mw.aclose()
-        if session is not None:
-            await session.aclose()
-        await store.aclose()
+        await aclose_all(*middlewares, session, store)
     return 0
 
 

@@ -44,6 +44,15 @@ EMBEDDERS = ("local", "hash", "static")
 STATIC_ENV = "MNEMOSCOPE_STATIC_EMBEDDER"
 
 
+def _add_embedder_dir(parser: argparse.ArgumentParser) -> None:
+    """The ``--embedder-dir`` option of the subcommands that take ``--embedding``."""
+    parser.add_argument(
+        "--embedder-dir",
+        default=None,
+        help=f"for --embedding static: the `ltm build-embedder` output (default: ${STATIC_ENV})",
+    )
+
+
 def add_ltm_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``ltm`` and its subcommands to the ``mnemoscope`` parser."""
     common = argparse.ArgumentParser(add_help=False)
@@ -90,11 +99,7 @@ def add_ltm_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="embed the query (hybrid search) with the local MiniLM model or the test "
         "hash embedder; must be what the store was built with",
     )
-    search.add_argument(
-        "--embedder-dir",
-        default=None,
-        help=f"for --embedding static: the `ltm build-embedder` output (default: ${STATIC_ENV})",
-    )
+    _add_embedder_dir(search)
     search.set_defaults(ltm_handler=_search)
 
     forget = sub.add_parser(
@@ -125,11 +130,7 @@ def add_ltm_parser(subparsers: Any) -> argparse.ArgumentParser:
     reembed.add_argument("store", nargs="?", metavar="STORE")
     reembed.add_argument("--embedding", choices=EMBEDDERS, required=True)
     reembed.add_argument("--batch-size", type=int, default=256)
-    reembed.add_argument(
-        "--embedder-dir",
-        default=None,
-        help=f"for --embedding static: the `ltm build-embedder` output (default: ${STATIC_ENV})",
-    )
+    _add_embedder_dir(reembed)
     reembed.set_defaults(ltm_handler=_reembed)
 
     build = sub.add_parser(

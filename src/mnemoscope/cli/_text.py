@@ -1,12 +1,19 @@
-"""Small helpers shared by the ``mnemoscope`` subcommands: counts, progress, usage errors."""
+"""Small helpers shared by the ``mnemoscope`` subcommands: counts, progress, usage errors,
+closing what a command opened."""
 
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from mnemoscope.errors import CLIUsageError
+
+
+class _Closable(Protocol):
+    async def aclose(self) -> None: ...
+
 
 _PLURALS = {"memory": "memories", "entry": "entries", "memory file": "memory files"}
 
@@ -48,3 +55,11 @@ def merge_location(positional: str | None, flag_value: str | None, flag: str) ->
             f"give the location once: {positional!r} or {flag} {flag_value!r}, not both"
         )
     return positional if positional is not None else flag_value
+
+
+async def aclose_all(*resources: _Closable | None) -> None:
+    """Close what a command opened, in the order given; a ``None`` (never opened) is
+    passed over."""
+    for resource in resources:
+        if resource is not None:
+            await resource.aclose()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import Any
 
 from mnemoscope.errors import UserError
 
@@ -58,3 +61,54 @@ class EmbeddingModelBase(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r}, dimensions={self.dimensions})"
+
+
+class ThreadedEmbeddingModelBase(EmbeddingModelBase):
+    """An embedder that computes on this machine, in a worker thread.
+
+    Subclasses implement :meth:`_build` (make the model; :meth:`_load` calls it once,
+    under a lock) and :meth:`_encode` (blocking; it gets the model from :meth:`_load`).
+    The event loop never waits on either.
+    """
+
+    def __init__(self, model: str, *, dimensions: int, batch_size: int = 64) -> None:
+        super().__init__(model, dimensions=dimensions, batch_size=batch_size)
+        self._loaded: Any = None
+        self._load_lock = threading.Lock()
+
+    @abstractmethod
+    def _build(self) -> Any:
+        """Make the model, whatever :meth:`_encode` needs (runs once, in one thread)."""
+
+    @abstractmethod
+    def _encode(self, texts: list[str]) -> list[list[float]]:
+        """Embed ``texts`` (blocking)."""
+
+    def _load(self) -> Any:
+        """The model, built on the first call (other threads wait for that one)."""
+        with self._load_lock:
+            if self._loaded is None:
+                self._loaded = self._build()
+            return self._loaded
+
+    def _check_dimensions(self, actual: int | None) -> None:
+        """Refuse a model whose vectors are not ``dimensions`` long (``None``: unknown)."""
+        if actual is not None and actual != self.dimensions:
+            raise UserError(
+                f"{type(self).__name__}({self.model!r}) produces {actual}-dimensional "
+                f"vectors but dimensions={self.dimensions}; pass dimensions={actual}"
+            )
+
+    async def load(self) -> None:
+        """Load the model now (in a worker thread) instead of on the first ``embed``."""
+        await asyncio.to_thread(self._load)
+
+    async def _embed_batch(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        return await asyncio.to_thread(self._encode, texts)
+
+    async def aclose(self) -> None:
+        """Drop the loaded model. Safe to call twice."""
+        with self._load_lock:
+            self._loaded = None

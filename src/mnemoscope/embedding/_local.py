@@ -37,6 +37,7 @@ from mnemoscope.embedding._torch import (
     Dtype,
     SentenceTransformerEmbedding,
     bundled_model_path,
+    check_torch_options,
     torch_available,
 )
 from mnemoscope.errors import MissingExtraError, UserError
@@ -107,10 +108,7 @@ class LocalEmbeddingModel(EmbeddingModelBase):
         dtype: Dtype = "auto",
         query_threads: int | None = 1,
     ) -> None:
-        if dtype not in ("auto", "float32", "bfloat16"):
-            raise UserError(f"dtype must be 'auto', 'float32' or 'bfloat16', got {dtype!r}")
-        if query_threads is not None and query_threads < 1:
-            raise UserError(f"query_threads must be >= 1 or None, got {query_threads}")
+        check_torch_options(dtype, query_threads)
         super().__init__(model, dimensions=dimensions, batch_size=batch_size)
         self.backend = _pick_backend(model, backend, device, dtype)
         self.inner: OnnxEmbeddingModel | SentenceTransformerEmbedding

@@ -22,9 +22,7 @@ worker thread so the event loop keeps serving other tasks.
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from mnemoscope._optional import require
-from mnemoscope.embedding._base import EmbeddingModelBase
+from mnemoscope.embedding._base import ThreadedEmbeddingModelBase
 from mnemoscope.errors import MissingExtraError, UserError
 
 DEFAULT_LOCAL_MODEL = "all-MiniLM-L6-v2"
@@ -108,7 +106,13 @@ def run_encoder(session: Any, ids: Any, mask: Any) -> Any:
     return (summed / np.clip(weights.sum(axis=1), 1e-9, None)).astype(np.float32)
 
 
-class OnnxEmbeddingModel(EmbeddingModelBase):
+def l2_normalize(vectors: Any) -> Any:
+    """Each row of ``vectors`` scaled to length 1 (an all-zero row stays zero)."""
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.clip(norms, 1e-12, None)
+
+
+class OnnxEmbeddingModel(ThreadedEmbeddingModelBase):
     """A sentence-transformers model exported to ONNX, run by onnxruntime on the CPU.
 
     Args:
@@ -163,26 +167,14 @@ class OnnxEmbeddingModel(EmbeddingModelBase):
         self.normalize = normalize
         self.threads = threads
         self.max_length = max_length
-        self._session: Any = None
-        self._tokenizer: Any = None
-        self._load_lock = threading.Lock()
 
-    def _load(self) -> tuple[Any, Any]:
-        with self._load_lock:
-            if self._session is None:
-                session = onnx_session(self.model_file, self.threads)
-                out = session.get_outputs()[0].shape
-                actual = out[-1] if out and isinstance(out[-1], int) else None
-                if actual is not None and actual != self.dimensions:
-                    raise UserError(
-                        f"OnnxEmbeddingModel({self.model!r}) produces {actual}-dimensional "
-                        f"vectors but dimensions={self.dimensions}; pass dimensions={actual}"
-                    )
-                self._tokenizer = load_tokenizer(
-                    self.tokenizer_file, max_length=self.max_length, pad=True
-                )
-                self._session = session
-            return self._session, self._tokenizer
+    def _build(self) -> tuple[Any, Any]:
+        """The onnxruntime session and the tokenizer."""
+        session = onnx_session(self.model_file, self.threads)
+        out = session.get_outputs()[0].shape
+        self._check_dimensions(out[-1] if out and isinstance(out[-1], int) else None)
+        tokenizer = load_tokenizer(self.tokenizer_file, max_length=self.max_length, pad=True)
+        return session, tokenizer
 
     def _encode(self, texts: list[str]) -> list[list[float]]:
         session, tokenizer = self._load()
@@ -191,8 +183,7 @@ class OnnxEmbeddingModel(EmbeddingModelBase):
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
         array = run_encoder(session, ids, mask)
         if self.normalize:
-            norms = np.linalg.norm(array, axis=1, keepdims=True)
-            array = array / np.clip(norms, 1e-12, None)
+            array = l2_normalize(array)
         result: list[list[float]] = array.tolist()
         return result
 
@@ -206,18 +197,3 @@ class OnnxEmbeddingModel(EmbeddingModelBase):
         for position, index in enumerate(order):
             out[index] = vectors[position]
         return out
-
-    async def load(self) -> None:
-        """Build the session now (in a worker thread) instead of on the first ``embed``."""
-        await asyncio.to_thread(self._load)
-
-    async def _embed_batch(self, texts: list[str]) -> list[list[float]]:
-        if not texts:
-            return []
-        return await asyncio.to_thread(self._encode, texts)
-
-    async def aclose(self) -> None:
-        """Drop the session. Safe to call twice."""
-        with self._load_lock:
-            self._session = None
-            self._tokenizer = None

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from mnemoscope.embedding._base import EmbeddingModelBase
-from mnemoscope.embedding._onnx import load_tokenizer
+from mnemoscope.embedding._onnx import l2_normalize, load_tokenizer
 from mnemoscope.errors import UserError
 
 STATIC_FILES = ("config.json", "model.safetensors", "tokenizer.json")
@@ -193,8 +193,7 @@ class StaticEmbeddingModel(EmbeddingModelBase):
             starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))[nonempty]
             out[nonempty] = np.add.reduceat(rows, starts, axis=0) / lengths[nonempty, None]
         if self.normalize:
-            norms = np.linalg.norm(out, axis=1, keepdims=True)
-            out = out / np.clip(norms, 1e-12, None)
+            out = l2_normalize(out)
         result: list[list[float]] = out.tolist()
         return result
 

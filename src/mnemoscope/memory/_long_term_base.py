@@ -11,11 +11,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from datetime import datetime
-from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from mnemoscope.memory._base import AsyncResource
 from mnemoscope.message import Msg
 
 
@@ -76,7 +76,7 @@ class RecordResult(BaseModel):
 RecordInput = str | Msg | Sequence[str | Msg]
 
 
-class LongTermMemoryBase(ABC):
+class LongTermMemoryBase(AsyncResource, ABC):
     """Async store of cross-session memories."""
 
     @abstractmethod
@@ -113,18 +113,3 @@ class LongTermMemoryBase(ABC):
 
     async def aclose(self) -> None:
         """Flush and release resources. Safe to call twice."""
-
-    async def close(self) -> None:
-        """The same as :meth:`aclose`: every mnemoscope resource answers to both spellings."""
-        await self.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

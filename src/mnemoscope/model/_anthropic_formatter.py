@@ -187,13 +187,12 @@ def _content_block(block: dict[str, Any]) -> Any | None:
 def parse_anthropic_response(data: dict[str, Any]) -> ChatResponse:
     """A Messages API response body (as a dict) to a :class:`ChatResponse`."""
     content = [b for b in map(_content_block, data.get("content") or []) if b is not None]
-    kwargs: dict[str, Any] = {"id": data["id"]} if data.get("id") else {}
-    return ChatResponse(
-        content=content,
+    return ChatResponse.from_provider(
+        content,
         usage=_usage(data.get("usage")),
         stop_reason=data.get("stop_reason"),
-        metadata={"model": data["model"]} if data.get("model") else {},
-        **kwargs,
+        response_id=data.get("id"),
+        model=data.get("model"),
     )
 
 

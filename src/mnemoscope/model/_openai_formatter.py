@@ -262,15 +262,12 @@ def parse_openai_response(data: dict[str, Any]) -> ChatResponse:
                 input=parse_tool_arguments(fn.get("arguments")),
             )
         )
-    kwargs: dict[str, Any] = {}
-    if data.get("id"):
-        kwargs["id"] = data["id"]
-    return ChatResponse(
-        content=content,
+    return ChatResponse.from_provider(
+        content,
         usage=parse_openai_usage(data.get("usage")),
         stop_reason=choice.get("finish_reason"),
-        metadata={"model": data["model"]} if data.get("model") else {},
-        **kwargs,
+        response_id=data.get("id"),
+        model=data.get("model"),
     )
 
 
@@ -339,11 +336,10 @@ class OpenAIStreamAccumulator:
                     input=parse_tool_arguments(call["arguments"]),
                 )
             )
-        kwargs: dict[str, Any] = {"id": self.id} if self.id else {}
-        return ChatResponse(
-            content=content,
+        return ChatResponse.from_provider(
+            content,
             usage=self.usage,
             stop_reason=self.finish_reason,
-            metadata={"model": self.model} if self.model else {},
-            **kwargs,
+            response_id=self.id,
+            model=self.model,
         )

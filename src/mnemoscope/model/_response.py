@@ -33,6 +33,27 @@ class ChatResponse(BaseModel):
     stop_reason: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
 
+    @classmethod
+    def from_provider(
+        cls,
+        content: list[ContentBlock],
+        *,
+        usage: ChatUsage | None,
+        stop_reason: str | None,
+        response_id: str | None,
+        model: str | None,
+    ) -> ChatResponse:
+        """A response as a provider sent it: its id when it gave one (a new id otherwise),
+        and the model that answered as ``metadata["model"]`` when it named one."""
+        kwargs: dict[str, Any] = {"id": response_id} if response_id else {}
+        return cls(
+            content=content,
+            usage=usage,
+            stop_reason=stop_reason,
+            metadata={"model": model} if model else {},
+            **kwargs,
+        )
+
     @property
     def text(self) -> str:
         return "".join(b.text for b in self.content if isinstance(b, TextBlock))

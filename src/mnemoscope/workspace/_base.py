@@ -18,6 +18,7 @@ Errors::
 from __future__ import annotations
 
 import builtins
+import json
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -32,6 +33,7 @@ from mnemoscope.errors import (
     WorkspaceError,
     WorkspaceFileNotFoundError,
 )
+from mnemoscope.workspace import _fsops
 from mnemoscope.workspace._fsops import ABSENT
 from mnemoscope.workspace._fsops_search import GREP_TIME_LIMIT
 
@@ -48,6 +50,24 @@ _CLASSES: dict[str, type[WorkspaceError]] = {
 def make_error(code: str, message: str) -> WorkspaceError:
     """The :class:`WorkspaceError` subclass for a helper error code."""
     return _CLASSES.get(code, WorkspaceError)(message, code)
+
+
+def helper_request(op: str, args: dict[str, Any]) -> str:
+    """One request to the ``_fsops`` helper, as the JSON text ``_fsops.handle`` reads."""
+    return json.dumps({"op": op, "args": _fsops.to_json(args)})
+
+
+def helper_answer(answer: str | bytes) -> dict[str, Any]:
+    """The result in one answer of the ``_fsops`` helper.
+
+    Raises:
+        WorkspaceError: the error the helper reports, as its subclass (see :func:`make_error`).
+    """
+    res = json.loads(answer)
+    if not res["ok"]:
+        raise make_error(res["code"], res["message"])
+    result: dict[str, Any] = _fsops.from_json(res["result"])
+    return result
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import os
 import shutil
 import subprocess
@@ -44,7 +43,8 @@ from mnemoscope.workspace._base import (
     ExecResult,
     WorkspaceBase,
     WorkspaceError,
-    make_error,
+    helper_answer,
+    helper_request,
 )
 from mnemoscope.workspace._local import run_process
 
@@ -290,7 +290,7 @@ class BubblewrapBackend(BackendBase):
         return self._proc
 
     async def _call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
-        line = json.dumps({"op": op, "args": _fsops.to_json(args)}).encode() + b"\n"
+        line = helper_request(op, args).encode() + b"\n"
         async with self._lock:
             proc = await self._ensure()
             assert proc.stdin is not None and proc.stdout is not None
@@ -317,11 +317,7 @@ class BubblewrapBackend(BackendBase):
                     + (err.decode("utf-8", "replace").strip() or "no output"),
                     "unavailable",
                 )
-        res = json.loads(answer)
-        if not res["ok"]:
-            raise make_error(res["code"], res["message"])
-        result: dict[str, Any] = _fsops.from_json(res["result"])
-        return result
+        return helper_answer(answer)
 
     async def exec(self, cmd: str, *, timeout: float = 60.0) -> ExecResult:  # noqa: ASYNC109 - exec(cmd, timeout) is the API
         return await run_process(

@@ -26,26 +26,19 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 import os
-import secrets
 import tarfile
 import time
 from typing import Any
 
 from mnemoscope._optional import require
-from mnemoscope.workspace import _fsops
-from mnemoscope.workspace._base import (
-    BackendBase,
-    ExecResult,
-    WorkspaceBase,
-    WorkspaceError,
-    make_error,
+from mnemoscope.workspace._base import ExecResult, WorkspaceError
+from mnemoscope.workspace._remote import (
+    HELPER_PATH,
+    RemoteHelperBackendBase,
+    RemoteWorkspaceBase,
 )
 
-HELPER_DIR = "/tmp/.mnemoscope"
-HELPER_PATH = HELPER_DIR + "/_fsops.py"
-_INLINE_LIMIT = 64_000
 # what every container we create gets unless run_kwargs says otherwise
 SECURE_RUN_DEFAULTS: dict[str, Any] = {
     "cap_drop": ["ALL"],
@@ -63,7 +56,7 @@ def _tar_one(name: str, data: bytes, mode: int = 0o644) -> bytes:
     return buf.getvalue()
 
 
-class DockerBackend(BackendBase):
+class DockerBackend(RemoteHelperBackendBase):
     """Backend over a running ``docker.models.containers.Container``.
 
     Args:
@@ -73,11 +66,12 @@ class DockerBackend(BackendBase):
     """
 
     name = "docker"
+    inline_limit = 64_000
+    where = "the container"
 
     def __init__(self, container: Any, workdir: str = "/workspace", python: str = "python3"):
-        super().__init__(workdir)
+        super().__init__(workdir, python)
         self.container = container
-        self.python = python
 
     @property
     def key(self) -> str:
@@ -104,33 +98,17 @@ class DockerBackend(BackendBase):
                 raise WorkspaceError(f"{path} is not a regular file", "denied")
             return f.read()
 
-    async def install_helper(self) -> None:
-        await asyncio.to_thread(self.container.exec_run, ["mkdir", "-p", HELPER_DIR, self.cwd])
-        files = await asyncio.to_thread(_fsops.helper_files)
-        for name, source in files.items():
-            await self.put_file(f"{HELPER_DIR}/{name}", source)
+    async def _make_dirs(self, *paths: str) -> None:
+        await asyncio.to_thread(self.container.exec_run, ["mkdir", "-p", *paths])
 
-    async def _call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
-        req = json.dumps({"op": op, "args": _fsops.to_json(args)})
-        if len(req) <= _INLINE_LIMIT:
-            arg = req
-        else:
-            arg_path = f"{HELPER_DIR}/req-{secrets.token_hex(8)}.json"
-            await self.put_file(arg_path, req.encode(), 0o600)
-            arg = "@" + arg_path
+    async def _upload(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        await self.put_file(path, data, mode)
+
+    async def _run_helper(self, arg: str) -> tuple[int, bytes, str]:
         code, (out, err) = await asyncio.to_thread(
             self.container.exec_run, [self.python, HELPER_PATH, "once", arg], demux=True
         )
-        if code != 0 or not out:
-            raise WorkspaceError(
-                f"the file helper failed in the container (exit {code}): "
-                + (err or b"").decode("utf-8", "replace")[-2000:],
-                "unavailable",
-            )
-        res = json.loads(out)
-        if not res["ok"]:
-            raise make_error(res["code"], res["message"])
-        return _fsops.from_json(res["result"])
+        return code, out or b"", (err or b"").decode("utf-8", "replace")
 
     async def exec(self, cmd: str, *, timeout: float = 60.0) -> ExecResult:  # noqa: ASYNC109 - exec(cmd, timeout) is the API
         # exec_run has no timeout: coreutils' timeout kills the command inside
@@ -147,7 +125,7 @@ class DockerBackend(BackendBase):
         )
 
 
-class DockerWorkspace(WorkspaceBase):
+class DockerWorkspace(RemoteWorkspaceBase):
     """A container as a workspace.
 
     Args:
@@ -172,9 +150,8 @@ class DockerWorkspace(WorkspaceBase):
         container: Any = None,
         run_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(workdir)
         self.image = image
-        self._workdir = workdir
         self.network = network
         self._client = client
         self._owns_client = client is None
@@ -182,13 +159,7 @@ class DockerWorkspace(WorkspaceBase):
         self._owns_container = container is None
         self.run_kwargs = dict(run_kwargs or {})
 
-    @property
-    def workdir(self) -> str:
-        return self._workdir
-
-    async def initialize(self) -> None:
-        if self._backend is not None:
-            return
+    async def _start(self) -> RemoteHelperBackendBase:
         docker = require("docker", extra="docker", feature="DockerWorkspace")
         if self._client is None:
             try:
@@ -212,10 +183,7 @@ class DockerWorkspace(WorkspaceBase):
             self._container = await asyncio.to_thread(
                 self._client.containers.run, self.image, ["sleep", "infinity"], **kwargs
             )
-        backend = DockerBackend(self._container, self._workdir)
-        await backend.install_helper()
-        await backend._call("ping", {})
-        self._backend = backend
+        return DockerBackend(self._container, self._workdir)
 
     async def close(self) -> None:
         self._backend = None

@@ -15,30 +15,21 @@ through ``commands.run``, so writes are atomic and locked inside the sandbox as 
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
-import secrets
 import shlex
 from typing import Any
 
 from mnemoscope._optional import require
 from mnemoscope.errors import UserError
-from mnemoscope.workspace import _fsops
-from mnemoscope.workspace._base import (
-    BackendBase,
-    ExecResult,
-    WorkspaceBase,
-    WorkspaceError,
-    make_error,
+from mnemoscope.workspace._base import ExecResult
+from mnemoscope.workspace._remote import (
+    HELPER_PATH,
+    RemoteHelperBackendBase,
+    RemoteWorkspaceBase,
 )
 
-HELPER_DIR = "/tmp/.mnemoscope"
-HELPER_PATH = HELPER_DIR + "/_fsops.py"
-_INLINE_LIMIT = 32_000
 
-
-class E2BBackend(BackendBase):
+class E2BBackend(RemoteHelperBackendBase):
     """Backend over an ``e2b.AsyncSandbox``.
 
     Args:
@@ -48,24 +39,25 @@ class E2BBackend(BackendBase):
     """
 
     name = "e2b"
+    inline_limit = 32_000
+    where = "the E2B sandbox"
 
     def __init__(
         self, sandbox: Any, workdir: str = "/home/user/workspace", python: str = "python3"
     ):
-        super().__init__(workdir)
+        super().__init__(workdir, python)
         self.sandbox = sandbox
-        self.python = python
 
     @property
     def key(self) -> str:
         return f"e2b:{getattr(self.sandbox, 'sandbox_id', id(self.sandbox))}"
 
-    async def install_helper(self) -> None:
-        await self.sandbox.files.make_dir(HELPER_DIR)
-        await self.sandbox.files.make_dir(self.cwd)
-        files = await asyncio.to_thread(_fsops.helper_files)
-        for name, source in files.items():
-            await self.sandbox.files.write(f"{HELPER_DIR}/{name}", source)
+    async def _make_dirs(self, *paths: str) -> None:
+        for path in paths:
+            await self.sandbox.files.make_dir(path)
+
+    async def _upload(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        await self.sandbox.files.write(path, data)  # E2B sets no mode
 
     async def _run(self, cmd: str, *, timeout: float, cwd: str | None = None) -> Any:  # noqa: ASYNC109 - exec(cmd, timeout) is the API
         e2b = require("e2b", extra="e2b", feature="E2BBackend")
@@ -74,25 +66,9 @@ class E2BBackend(BackendBase):
         except e2b.CommandExitException as exc:
             return exc  # carries stdout, stderr, exit_code
 
-    async def _call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
-        req = json.dumps({"op": op, "args": _fsops.to_json(args)})
-        if len(req) <= _INLINE_LIMIT:
-            arg = req
-        else:
-            arg_path = f"{HELPER_DIR}/req-{secrets.token_hex(8)}.json"
-            await self.sandbox.files.write(arg_path, req.encode())
-            arg = "@" + arg_path
+    async def _run_helper(self, arg: str) -> tuple[int, str, str]:
         res = await self._run(f"{self.python} {HELPER_PATH} once {shlex.quote(arg)}", timeout=120)
-        if res.exit_code != 0 or not res.stdout:
-            raise WorkspaceError(
-                f"the file helper failed in the E2B sandbox (exit {res.exit_code}): "
-                f"{res.stderr[-2000:]}",
-                "unavailable",
-            )
-        out = json.loads(res.stdout)
-        if not out["ok"]:
-            raise make_error(out["code"], out["message"])
-        return _fsops.from_json(out["result"])
+        return res.exit_code, res.stdout, res.stderr
 
     async def exec(self, cmd: str, *, timeout: float = 60.0) -> ExecResult:  # noqa: ASYNC109 - exec(cmd, timeout) is the API
         e2b = require("e2b", extra="e2b", feature="E2BBackend")
@@ -103,7 +79,7 @@ class E2BBackend(BackendBase):
         return ExecResult(exit_code=res.exit_code, stdout=res.stdout, stderr=res.stderr)
 
 
-class E2BWorkspace(WorkspaceBase):
+class E2BWorkspace(RemoteWorkspaceBase):
     """An E2B sandbox as a workspace.
 
     Args:
@@ -125,22 +101,15 @@ class E2BWorkspace(WorkspaceBase):
         network: bool = False,
         sandbox: Any = None,
     ) -> None:
-        super().__init__()
+        super().__init__(workdir)
         self.template = template
-        self._workdir = workdir
         self.api_key = api_key
         self.timeout = timeout
         self.network = network
         self._sandbox = sandbox
         self._owns_sandbox = sandbox is None
 
-    @property
-    def workdir(self) -> str:
-        return self._workdir
-
-    async def initialize(self) -> None:
-        if self._backend is not None:
-            return
+    async def _start(self) -> RemoteHelperBackendBase:
         e2b = require("e2b", extra="e2b", feature="E2BWorkspace")
         if self._sandbox is None:
             api_key = self.api_key or os.environ.get("E2B_API_KEY")
@@ -154,10 +123,7 @@ class E2BWorkspace(WorkspaceBase):
                 allow_internet_access=self.network,
                 api_key=api_key,
             )
-        backend = E2BBackend(self._sandbox, self._workdir)
-        await backend.install_helper()
-        await backend._call("ping", {})
-        self._backend = backend
+        return E2BBackend(self._sandbox, self._workdir)
 
     async def close(self) -> None:
         self._backend = None

@@ -420,32 +420,16 @@ def _part(name: str) -> ModuleType:
     return mod
 
 
-def op_glob(**kwargs: Any) -> dict:
-    return _part("_fsops_search").op_glob(**kwargs)
+def _in_part(part: str, name: str) -> Callable[..., dict]:
+    """The operation ``name`` of the helper's file ``part``, imported on its first call
+    (a helper that only reads never loads the write code)."""
 
+    def operation(**kwargs: Any) -> dict:
+        fn: Callable[..., dict] = getattr(_part(part), name)
+        return fn(**kwargs)
 
-def op_grep(**kwargs: Any) -> dict:
-    return _part("_fsops_search").op_grep(**kwargs)
-
-
-def op_write(**kwargs: Any) -> dict:
-    return _part("_fsops_write").op_write(**kwargs)
-
-
-def op_write_text(**kwargs: Any) -> dict:
-    return _part("_fsops_write").op_write_text(**kwargs)
-
-
-def op_edit(**kwargs: Any) -> dict:
-    return _part("_fsops_write").op_edit(**kwargs)
-
-
-def op_remove(**kwargs: Any) -> dict:
-    return _part("_fsops_write").op_remove(**kwargs)
-
-
-def op_mkdir(**kwargs: Any) -> dict:
-    return _part("_fsops_write").op_mkdir(**kwargs)
+    operation.__name__ = name
+    return operation
 
 
 def op_ping() -> dict:
@@ -456,13 +440,13 @@ OPS: dict[str, Callable[..., dict]] = {
     "read": op_read,
     "stat": op_stat,
     "list": op_list,
-    "glob": op_glob,
-    "grep": op_grep,
-    "write": op_write,
-    "write_text": op_write_text,
-    "edit": op_edit,
-    "remove": op_remove,
-    "mkdir": op_mkdir,
+    "glob": _in_part("_fsops_search", "op_glob"),
+    "grep": _in_part("_fsops_search", "op_grep"),
+    "write": _in_part("_fsops_write", "op_write"),
+    "write_text": _in_part("_fsops_write", "op_write_text"),
+    "edit": _in_part("_fsops_write", "op_edit"),
+    "remove": _in_part("_fsops_write", "op_remove"),
+    "mkdir": _in_part("_fsops_write", "op_mkdir"),
     "ping": op_ping,
 }
 

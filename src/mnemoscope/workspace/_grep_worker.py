@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import json
 import os
 import subprocess
 import sys
@@ -25,7 +24,7 @@ import threading
 from typing import Any
 
 from mnemoscope.workspace import _fsops
-from mnemoscope.workspace._base import WorkspaceError, make_error
+from mnemoscope.workspace._base import WorkspaceError, helper_answer, helper_request, make_error
 
 BACKSTOP_SECONDS = 5.0
 """A helper still busy this long after the call's own time limit is killed."""
@@ -114,7 +113,7 @@ async def call(op: str, args: dict[str, Any], *, timeout: float) -> dict[str, An
         WorkspaceError: what the operation raised; ``too_slow`` when the helper had to
             be killed by the backstop; ``unavailable`` when it died.
     """
-    request = json.dumps({"op": op, "args": _fsops.to_json(args)}).encode() + b"\n"
+    request = helper_request(op, args).encode() + b"\n"
     proc = await asyncio.to_thread(_take)
     try:
         answer = await asyncio.wait_for(
@@ -135,11 +134,7 @@ async def call(op: str, args: dict[str, Any], *, timeout: float) -> dict[str, An
             f"the {op} helper process exited (code {proc.returncode}) without answering",
             "unavailable",
         )
-    res = json.loads(answer)
-    if not res["ok"]:
-        raise make_error(res["code"], res["message"])
-    result: dict[str, Any] = _fsops.from_json(res["result"])
-    return result
+    return helper_answer(answer)
 
 
 @atexit.register
