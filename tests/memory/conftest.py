@@ -7,15 +7,18 @@ URL the backend lives at (``None`` in memory), for tests that start other proces
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mnemoscope.memory import InMemoryMemory, MemoryBase
+from mnemoscope.memory import InMemoryMemory, MemoryBase, SessionStoreMemory, StoredMsg
 
-ALL_BACKENDS = ["inmemory", "redis", "sqlite", "postgres", "mariadb"]
+ALL_BACKENDS = ["inmemory", "protocol", "redis", "sqlite", "postgres", "mariadb"]
 SHARED_BACKENDS = ["redis", "sqlite", "postgres", "mariadb"]  # reachable by other processes
 SQL_BACKENDS = ["sqlite", "postgres", "mariadb"]
 
@@ -25,6 +28,8 @@ MakeMemory = Callable[..., MemoryBase]
 def backend_url_for(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> str | None:
     if backend == "inmemory":
         return None
+    if backend == "protocol":  # a directory of JSON-lines files
+        return str(tmp_path)
     if backend == "redis":
         return request.getfixturevalue("redis_url")
     if backend == "sqlite":
@@ -36,9 +41,59 @@ def backend_url_for(request: pytest.FixtureRequest, backend: str, tmp_path: Path
     raise AssertionError(backend)
 
 
+class JsonLinesSessionStore:
+    """A third-party-style :class:`~mnemoscope.memory.SessionStore`: one JSON-lines file
+    per session, appended to, rewritten through a temporary file and ``os.replace``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path_of(self, user_id: str, session_id: str) -> Path:
+        return self.root / f"{user_id.encode().hex()}-{session_id.encode().hex()}.jsonl"
+
+    async def load(self, user_id: str, session_id: str) -> list[dict[str, Any]]:
+        path = self.path_of(user_id, session_id)
+
+        def read() -> list[dict[str, Any]]:
+            if not path.exists():
+                return []
+            return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line]
+
+        return await asyncio.to_thread(read)
+
+    async def append(self, user_id: str, session_id: str, entries: Sequence[StoredMsg]) -> None:
+        text = "".join(e.model_dump_json() + "\n" for e in entries)
+        path = self.path_of(user_id, session_id)
+
+        def write() -> None:
+            with path.open("a", encoding="utf-8") as f:
+                f.write(text)
+
+        await asyncio.to_thread(write)
+
+    async def rewrite(self, user_id: str, session_id: str, entries: Sequence[StoredMsg]) -> None:
+        text = "".join(e.model_dump_json() + "\n" for e in entries)
+        path = self.path_of(user_id, session_id)
+
+        def write() -> None:
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(text, "utf-8")
+            os.replace(tmp, path)
+
+        await asyncio.to_thread(write)
+
+
+_JSONL_STORES: dict[str, JsonLinesSessionStore] = {}
+
+
 def build(backend: str, url: str | None, engines: dict[str, Any], **kw: Any) -> MemoryBase:
     if backend == "inmemory":
         return InMemoryMemory(**kw)
+    if backend == "protocol":
+        assert url is not None
+        # one store object per directory, as an application would hold it
+        store = _JSONL_STORES.setdefault(url, JsonLinesSessionStore(Path(url)))
+        return SessionStoreMemory(store, **kw)
     if backend == "redis":
         from mnemoscope.memory import RedisMemory
 

@@ -25,6 +25,7 @@ from mnemoscope.memory._long_term_base import (
     RecordResult,
 )
 from mnemoscope.memory._redis_keys import escape_key_part, session_key_base, unescape_key_part
+from mnemoscope.memory._session_store import SessionStore, SessionStoreMemory
 
 if TYPE_CHECKING:
     from mnemoscope.memory._local_ltm import LocalLongTermMemory
@@ -64,6 +65,8 @@ __all__ = [
     "RecordEvent",
     "RecordResult",
     "RedisMemory",
+    "SessionStore",
+    "SessionStoreMemory",
     "StoredMemoryItem",
     "StoredMsg",
     "escape_key_part",
