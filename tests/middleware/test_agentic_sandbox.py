@@ -116,7 +116,14 @@ async def test_seed_sandbox_example_saves_and_recalls(
             system_prompt="You are a helpful assistant.",
             model=my_chat_model,
             toolkit=Toolkit(tools=await workspace.list_tools()),
-            middlewares=[AgenticMemoryMiddleware(workdir=workspace.workdir, backend=backend)],
+            # the default retrieval_wait (1 s) is a latency budget: on a loaded machine a
+            # scan through the sandbox can take longer, and the reply then goes on without
+            # the hint; the test waits for the selection so that it checks its content
+            middlewares=[
+                AgenticMemoryMiddleware(
+                    workdir=workspace.workdir, backend=backend, retrieval_wait=60
+                )
+            ],
         )
         await new_agent.reply("What am I testing?")
         last = my_chat_model.calls[-1]
