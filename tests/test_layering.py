@@ -139,7 +139,6 @@ LONG_FILES = frozenset(
     {
         "memory/_local_ltm.py",
         "memory/_mem0.py",
-        "memory/_sqlalchemy.py",
         "memory/markdown/_store.py",
         "middleware/_agentic_memory.py",
     }
