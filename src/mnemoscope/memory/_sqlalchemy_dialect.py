@@ -37,9 +37,11 @@ from mnemoscope.memory._sqlalchemy_common import (
     chunks,
     make_tables,
     plan_add,
+    read_sql,
     retrying,
     transient,
 )
+from mnemoscope.memory._sqlalchemy_raw import fetch_all, run_retrying
 
 _T = TypeVar("_T")
 Work = Callable[[AsyncConnection], Awaitable[_T]]
@@ -273,6 +275,23 @@ class SqlDialect:
             return [(r[1], r[2]) for r in await conn.execute(stmt)]
 
         return await self.transaction(work, write=False, what="get")
+
+    async def read_on_driver(
+        self,
+        style: str,
+        clean: Callable[[Any], bool],
+        want: list[str],
+        skip: list[str],
+        last_n: int | None,
+    ) -> list[Any]:
+        """:meth:`read` as one statement on the pooled driver connection (asyncpg:
+        ``style="numeric"``, aiomysql: ``"format"``), no SQLAlchemy result objects for
+        thousands of rows; ``clean`` is the driver's :func:`transaction_probe`."""
+        r = self.rows
+        sql, params = read_sql(r.prefix, style, len(want), len(skip), last_n is not None)
+        args = params(r.user_id, r.session_id, want, skip, last_n or 0)
+        fetch = fetch_all(sql, args, numeric=style == "numeric")
+        return await run_retrying(self.engine, fetch, clean, what="AsyncSQLAlchemyMemory.get")
 
     def _select(self, want: list[str], skip: list[str]) -> sa.Select[Any]:
         r = self.rows

@@ -45,9 +45,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from mnemoscope.errors import UserError
 from mnemoscope.memory._base import MarkPlan, mark_pairs, marks_of
-from mnemoscope.memory._sqlalchemy_common import chunks, first_occurrences, make_tables, read_sql
+from mnemoscope.memory._sqlalchemy_common import chunks, first_occurrences, make_tables
 from mnemoscope.memory._sqlalchemy_dialect import SqlDialect
-from mnemoscope.memory._sqlalchemy_raw import fetch_all, fetch_one, run_retrying, transaction_probe
+from mnemoscope.memory._sqlalchemy_raw import fetch_one, run_retrying, transaction_probe
 
 MIN_MARIADB = (10, 2)  # BEGIN NOT ATOMIC (10.1.1), window functions (10.2), NO PAD (10.2)
 MIN_MYSQL = (8, 0, 17)  # utf8mb4_0900_bin
@@ -327,9 +327,5 @@ class AiomysqlDialect(MySQLDialect):
         )
 
     async def read(self, want: list[str], skip: list[str], last_n: int | None) -> list[Any]:
-        r = self.rows
-        sql, params = read_sql(r.prefix, "format", len(want), len(skip), last_n is not None)
-        args = params(r.user_id, r.session_id, want, skip, last_n or 0)
-        fetch = fetch_all(sql, args, numeric=False)
         clean = transaction_probe("mysql", read=True)
-        return await run_retrying(self.engine, fetch, clean, what="AsyncSQLAlchemyMemory.get")
+        return await self.read_on_driver("format", clean, want, skip, last_n)

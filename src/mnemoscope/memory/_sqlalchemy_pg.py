@@ -44,10 +44,9 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from mnemoscope.memory._base import MarkPlan, mark_pairs, marks_of
-from mnemoscope.memory._sqlalchemy_common import first_occurrences, read_sql
+from mnemoscope.memory._sqlalchemy_common import first_occurrences
 from mnemoscope.memory._sqlalchemy_dialect import SessionRows, SqlDialect
 from mnemoscope.memory._sqlalchemy_raw import (
-    fetch_all,
     fetch_value,
     run_retrying,
     transaction_probe,
@@ -175,11 +174,7 @@ class AsyncpgDialect(PostgresDialect):
         )
 
     async def read(self, want: list[str], skip: list[str], last_n: int | None) -> list[Any]:
-        r = self.rows
-        sql, params = read_sql(r.prefix, "numeric", len(want), len(skip), last_n is not None)
-        args = params(r.user_id, r.session_id, want, skip, last_n or 0)
-        fetch = fetch_all(sql, args, numeric=True)
-        return await run_retrying(self.engine, fetch, _clean, what="AsyncSQLAlchemyMemory.get")
+        return await self.read_on_driver("numeric", _clean, want, skip, last_n)
 
 
 _clean = transaction_probe("postgresql")
