@@ -137,7 +137,6 @@ def test_every_package_has_a_layer() -> None:
 KNOWN: frozenset[tuple[str, str]] = frozenset()
 LONG_FILES = frozenset(
     {
-        "memory/_local_ltm.py",
         "memory/_mem0.py",
         "memory/markdown/_store.py",
         "middleware/_agentic_memory.py",
