@@ -137,7 +137,6 @@ def test_every_package_has_a_layer() -> None:
 KNOWN: frozenset[tuple[str, str]] = frozenset()
 LONG_FILES: frozenset[str] = frozenset(
     {
-        "memory/markdown/_store.py",
         "middleware/_agentic_memory.py",
     }
 )
