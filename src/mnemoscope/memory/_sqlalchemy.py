@@ -42,6 +42,11 @@ transaction (a batch is stored entirely or not at all). SQLite engines built her
 WAL, a busy timeout and ``BEGIN IMMEDIATE`` for writes, so several processes can share one
 file.
 
+What differs between databases is a strategy object chosen once, when the memory is
+built (``_sqlalchemy_dialect.SqlDialect``, the portable path, and one subclass per
+database and driver); the memory validates its arguments and calls it. Every retried
+operation goes through one retry helper (``_sqlalchemy_common.retrying``).
+
 Fast paths (same tables, same locks): on a SQLite file an ``add``, ``delete``,
 ``delete_by_mark`` or ``clear`` runs entirely (``BEGIN IMMEDIATE`` ... ``COMMIT``) as one
 call of a worker thread on a plain ``sqlite3`` connection (``_sqlalchemy_sqlite``); on
@@ -311,7 +316,6 @@ class AsyncSQLAlchemyMemory(MemoryBase):
             catch=sa.exc.DBAPIError,
             transient=lambda exc: True,
             what="AsyncSQLAlchemyMemory: creating the tables",
-            attempts=3,
         )
 
     async def upgrade_tables(self) -> list[str]:
