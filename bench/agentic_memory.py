@@ -179,7 +179,7 @@ async def bench_mnemoscope(root: Path, repeat: int) -> dict[str, float]:
         t = time.perf_counter()
         scan = await mw.store.scan()
         ranker = mw.store.ranker(scan)
-        render_manifest(mw._candidates(QUERY, scan, ranker))
+        render_manifest(mw._selector.candidates(QUERY, scan, ranker))
         cold_manifest.append(time.perf_counter() - t)
     # warm: the same middleware, nothing changed on disk since the last reply
     mw, agent = fresh()
@@ -203,7 +203,7 @@ async def bench_mnemoscope(root: Path, repeat: int) -> dict[str, float]:
         t = time.perf_counter()
         scan = await mw.store.refresh_if_stale()
         ranker = mw.store.ranker(scan)
-        render_manifest(mw._candidates(QUERY, scan, ranker))
+        render_manifest(mw._selector.candidates(QUERY, scan, ranker))
         warm_manifest.append(time.perf_counter() - t)
         mw.store._ranker = None  # force a rebuild (terms stay cached) to time it
         t = time.perf_counter()

@@ -238,7 +238,7 @@ async def test_sqlite_in_memory_database_keeps_the_sqlalchemy_path(unique_id: st
     from mnemoscope.memory import AsyncSQLAlchemyMemory
 
     mem = AsyncSQLAlchemyMemory("sqlite+aiosqlite://", user_id=unique_id)
-    assert mem._sqlite is None  # which path runs is the point of this test
+    assert type(mem._dialect).__name__ == "SqlDialect"  # the portable path is the point
     await _duplicates_marks_and_order(mem)
     await mem.aclose()
 
@@ -255,7 +255,7 @@ async def test_sqlite_plain_engine_file_is_shared_by_both_paths(
 
     engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'plain.db'}")
     mem = AsyncSQLAlchemyMemory(engine, user_id=unique_id)
-    assert mem._sqlite is not None
+    assert type(mem._dialect).__name__ == "SQLiteDialect"  # the worker writes
     await _duplicates_marks_and_order(mem)
     assert await mem.delete_by_mark("new") == 1
     assert await mem.add(UserMsg("alice", "e")) == 1
@@ -276,7 +276,7 @@ async def test_sqlite_deletes_run_in_the_worker_and_retry_while_locked(
 
     import sqlalchemy as sa
 
-    from mnemoscope.memory import AsyncSQLAlchemyMemory, _sqlalchemy
+    from mnemoscope.memory import AsyncSQLAlchemyMemory, _sqlalchemy, _sqlalchemy_sqlite
 
     # a short busy timeout, so that a held lock surfaces as an error to retry on
     monkeypatch.setattr(_sqlalchemy, "SQLITE_BUSY_TIMEOUT_MS", 50)
@@ -290,7 +290,7 @@ async def test_sqlite_deletes_run_in_the_worker_and_retry_while_locked(
     holder = sqlite3.connect(path, isolation_level=None)  # another writer of the file
     errors: list[str] = []
     release_on_error = True
-    real_retryable = _sqlalchemy.sqlite_retryable
+    real_retryable = _sqlalchemy_sqlite.retryable
 
     def retryable(exc: sqlite3.Error) -> bool:  # the real decision, observed
         errors.append(str(exc))
@@ -298,7 +298,7 @@ async def test_sqlite_deletes_run_in_the_worker_and_retry_while_locked(
             holder.execute("COMMIT")
         return real_retryable(exc)
 
-    monkeypatch.setattr(_sqlalchemy, "sqlite_retryable", retryable)
+    monkeypatch.setattr(_sqlalchemy_sqlite, "retryable", retryable)
     engine_writes: list[str] = []
 
     @sa.event.listens_for(mem.engine.sync_engine, "before_cursor_execute")
@@ -361,7 +361,7 @@ async def test_postgres_add_probes_ids_by_index_on_unanalysed_tables(
         await mem.add(UserMsg("alice", "one more"), marks="hint")
         async with engine.connect() as conn:
             rows = await conn.exec_driver_sql(
-                "EXPLAIN " + mem._add_ignore_sql,
+                "EXPLAIN " + mem._dialect.sql.batch,
                 ("u", "default", ["new-id"], ["{}"], ["hint"]),
             )
             plan = "\n".join(r[0] for r in rows)

@@ -30,48 +30,40 @@ How it works:
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import os
-import sqlite3
-import threading
 import time
-import uuid
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from mnemoscope.embedding import EmbeddingModelBase
-from mnemoscope.errors import MemoryStoreError, UserError
-from mnemoscope.memory import _ltm_index as vec
+from mnemoscope.errors import UserError
 from mnemoscope.memory._long_term_base import (
     LongTermMemoryBase,
     MemoryItem,
-    RecordEvent,
     RecordInput,
     RecordResult,
 )
+from mnemoscope.memory._ltm_file import LtmFile
 from mnemoscope.memory._ltm_infer import ExtractedFacts, build_infer_messages
 from mnemoscope.memory._ltm_manage import LocalLTMManagement
-from mnemoscope.memory._ltm_open import connect, store_error
 from mnemoscope.memory._ltm_schema import (
     COLUMNS,
     Pending,
-    StoredMemoryItem,
     embed_text,
-    log_event,
     row_to_item,
     scope_clause,
-    transaction,
-    utcnow,
 )
-from mnemoscope.memory._ltm_search import LocalLTMSearch, SearchMode
+from mnemoscope.memory._ltm_search import (
+    DEFAULT_SETTINGS,
+    LtmSearch,
+    RetrievalSettings,
+    SearchMode,
+)
 from mnemoscope.memory._ltm_text import (
-    content_hash,
-    date_text,
     parse_when,
 )
+from mnemoscope.memory._ltm_write import LtmWriter
 from mnemoscope.message import Msg
 from mnemoscope.model import ChatModelBase
 
@@ -89,7 +81,7 @@ def _seconds(ttl: timedelta | float | None, name: str) -> float | None:
     return seconds
 
 
-class LocalLongTermMemory(LocalLTMSearch, LocalLTMManagement, LongTermMemoryBase):
+class LocalLongTermMemory(LocalLTMManagement, LongTermMemoryBase):
     """Embedded hybrid long-term memory (SQLite FTS5 + dense vectors), no server.
 
     Args:
@@ -195,12 +187,20 @@ class LocalLongTermMemory(LocalLTMSearch, LocalLTMManagement, LongTermMemoryBase
         self.ttl = _seconds(ttl, "ttl")
         self.infer_related = infer_related
         self.busy_timeout = busy_timeout
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
-        self._closed = False
-        self._data_version: int | None = None
-        self._matrices: dict[str, vec.UserMatrix] = {}
-        self._vector_mismatch: str | None = None
+        self.retrieval: RetrievalSettings = DEFAULT_SETTINGS
+        """Scoring knobs; assign a new :class:`RetrievalSettings` to change them."""
+        # the parts: the file (connection and caches), then what runs on it. The parts
+        # read the settings above from the store at each call.
+        self._file = LtmFile(
+            self.path,
+            embedding_model=embedding_model,
+            read_only=read_only,
+            create=self.create,
+            busy_timeout=busy_timeout,
+        )
+        LocalLTMManagement.__init__(self, self._file)
+        self._search = LtmSearch(self._file, self)
+        self._writer = LtmWriter(self._file, self)
         if embedding_model is None:
             logger.info(
                 "LocalLongTermMemory(%r) has no embedding_model: retrieval is lexical-only "
@@ -213,80 +213,6 @@ class LocalLongTermMemory(LocalLTMSearch, LocalLTMManagement, LongTermMemoryBase
             f"LocalLongTermMemory(path={self.path!r}, embedding_model={self.embedding_model!r}, "
             f"search_mode={self.search_mode!r})"
         )
-
-    # ------------------------------------------------------------------ plumbing
-    def _connect(self) -> sqlite3.Connection:
-        if self._closed:
-            raise MemoryStoreError(f"LocalLongTermMemory({self.path!r}) is closed")
-        if self._conn is not None:
-            return self._conn
-        conn = connect(
-            self.path, read_only=self.read_only, create=self.create, busy_timeout=self.busy_timeout
-        )
-        try:
-            self._vector_mismatch = self._check_vectors(conn)
-        except sqlite3.Error as exc:
-            conn.close()
-            raise store_error(self.path, exc) from exc
-        except BaseException:
-            conn.close()
-            raise
-        self._conn = conn
-        return conn
-
-    def _writable(self, operation: str) -> None:
-        if self.read_only:
-            raise UserError(
-                f"LocalLongTermMemory({self.path!r}) was opened with read_only=True; "
-                f"open it without read_only to {operation}"
-            )
-
-    def _check_vectors(self, conn: sqlite3.Connection) -> str | None:
-        if self.embedding_model is None:
-            return None
-        meta = dict(conn.execute("SELECT key, value FROM ltm_meta").fetchall())
-        stored_model, stored_dims = meta.get("embedding_model"), meta.get("dimensions")
-        model = self.embedding_model
-        if stored_dims is None:
-            return None
-        if int(stored_dims) != model.dimensions or stored_model != model.model:
-            return (
-                f"{self.path!r} holds {stored_dims}-dimensional vectors from "
-                f"{stored_model!r}, but embedding_model is {model!r}; pass the same model, "
-                "or call `await store.reembed()` once to re-embed every memory with this one "
-                f"(from the shell: mnemoscope ltm reembed {self.path} --embedding local)"
-            )
-        return None
-
-    def _locked(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
-        with self._lock:
-            try:
-                conn = self._connect()
-                version = conn.execute("PRAGMA data_version").fetchone()[0]
-                if version != self._data_version:  # another connection committed
-                    self._matrices.clear()
-                    self._data_version = version
-                return fn(conn)
-            except sqlite3.Error as exc:
-                raise store_error(self.path, exc, action="read") from exc
-
-    async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
-        return await asyncio.to_thread(self._locked, fn)
-
-    def _matrix(self, conn: sqlite3.Connection, user_id: str) -> vec.UserMatrix | None:
-        if self.embedding_model is None:
-            return None
-        matrix = self._matrices.get(user_id)
-        if matrix is None:
-            matrix = vec.load_user_matrix(conn, user_id, self.embedding_model.dimensions)
-            self._matrices[user_id] = matrix
-        return matrix
-
-    async def _require_vectors(self) -> None:
-        if self._conn is None:  # the stored model is checked when the file is opened
-            await self._run(lambda conn: None)
-        if self._vector_mismatch is not None:
-            raise UserError(self._vector_mismatch)
 
     # ------------------------------------------------------------------ writing
     async def record(
@@ -321,7 +247,7 @@ class LocalLongTermMemory(LocalLTMSearch, LocalLTMManagement, LongTermMemoryBase
         """
         if not user_id:
             raise UserError("record() needs a non-empty user_id")
-        self._writable("record memories")
+        self._file.writable("record memories")
         use_infer = self.infer if infer is None else infer
         if use_infer and self.chat_model is None:
             raise UserError(
@@ -340,14 +266,46 @@ class LocalLongTermMemory(LocalLTMSearch, LocalLTMManagement, LongTermMemoryBase
         if not pending:
             return RecordResult()
         if self.embedding_model is not None:
-            await self._require_vectors()
+            await self._file.require_vectors()
             vectors = await self.embedding_model.embed([embed_text(p) for p in pending])
             for p, v in zip(pending, vectors, strict=True):
                 p.vector = v
-        events = await self._run(
-            lambda conn: self._write(conn, pending, user_id, agent_id, run_id, expiry)
+        events = await self._file.run(
+            lambda conn: self._writer.write(conn, pending, user_id, agent_id, run_id, expiry)
         )
         return RecordResult(events=events)
+
+    async def retrieve(
+        self,
+        query: str,
+        *,
+        user_id: str,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        limit: int = 5,
+        threshold: float | None = None,
+        mode: SearchMode | None = None,
+        include_superseded: bool = False,
+    ) -> list[MemoryItem]:
+        """The memories most relevant to ``query``, best first, within the scope.
+
+        ``agent_id``/``run_id`` of ``None`` match any agent/run of the user.
+
+        Args:
+            mode: override the store's ``search_mode`` for this call.
+            threshold: drop results scoring below it. Scores are the cosine similarity in
+                dense mode and the fused reciprocal-rank score scaled to (0, 1] otherwise
+                (1.0 = first in every ranking).
+            include_superseded: also return memories that newer ones replaced.
+        """
+        return await self._search.retrieve(
+            query,
+            (user_id, agent_id, run_id),
+            limit=limit,
+            threshold=threshold,
+            mode=mode,
+            include_superseded=include_superseded,
+        )
 
     def _pending_from_input(
         self, content: RecordInput, base_meta: dict[str, Any], when: datetime | None
@@ -403,7 +361,7 @@ class LocalLongTermMemory(LocalLTMSearch, LocalLTMManagement, LongTermMemoryBase
                     "ORDER BY m.rid DESC LIMIT ?"
                 )
                 args = [*params, time.time(), self.infer_related]
-                rows = await self._run(lambda conn: conn.execute(sql, args).fetchall())
+                rows = await self._file.run(lambda conn: conn.execute(sql, args).fetchall())
                 recent = [row_to_item(r) for r in rows if r[1] not in seen]
                 related = [*related, *recent[:missing]]
         messages, aliases = build_infer_messages(
@@ -428,208 +386,6 @@ class LocalLongTermMemory(LocalLTMSearch, LocalLTMManagement, LongTermMemoryBase
             )
         return facts
 
-    def _write(
-        self,
-        conn: sqlite3.Connection,
-        pending: list[Pending],
-        user_id: str,
-        agent_id: str | None,
-        run_id: str | None,
-        ttl: float | None,
-    ) -> list[RecordEvent]:
-        np_mod = vec.numpy() if self.embedding_model is not None else None
-        near = self.near_duplicate_threshold if self.embedding_model is not None else None
-        now = utcnow()
-        now_iso, now_ts = now.isoformat(), now.timestamp()
-        expires = now_ts + ttl if ttl is not None else None
-        events: list[RecordEvent] = []
-        new_rows: list[tuple[int, Any]] = []  # (rid, unit vector) to append to the cache
-        superseded = False
-        with transaction(conn):
-            near_dups = None
-            if near is not None and np_mod is not None and all(p.vector for p in pending):
-                matrix = self._matrix(conn, user_id)
-                assert matrix is not None
-                mask = matrix.mask(agent_id=agent_id, run_id=run_id, now=now_ts, exact=True)
-                units = vec.unit(np_mod.asarray([p.vector for p in pending], dtype=np_mod.float32))
-                near_dups = vec.NearDuplicates(units, matrix.rids[mask], matrix.vectors[mask])
-            seen: dict[str, StoredMemoryItem] = {}  # hash -> memory added by this write
-            added: list[StoredMemoryItem | None] = []  # per pending row, when added
-            for i, p in enumerate(pending):
-                digest = content_hash(p.text)
-                duplicate = self._find_duplicate(
-                    conn, digest, user_id, agent_id, run_id, now_ts, seen
-                )
-                if duplicate is None and near is not None and near_dups is not None:
-                    duplicate = self._find_near(conn, i, near, near_dups, added)
-                added.append(None)
-                if duplicate is not None:
-                    events.append(RecordEvent(event="skip", item=duplicate[0], reason=duplicate[1]))
-                    continue
-                rid, item = self._insert(
-                    conn, p, digest, user_id, agent_id, run_id, now_iso, expires
-                )
-                added[i] = seen[digest] = item
-                reason = None
-                if p.supersedes:
-                    reason = self._supersede(conn, p.supersedes, item.id, user_id, now_iso)
-                    superseded = superseded or reason is not None
-                events.append(
-                    RecordEvent(event="update" if reason else "add", item=item, reason=reason)
-                )
-                if p.vector is not None and np_mod is not None:
-                    if near_dups is not None:
-                        near_dups.accepted[i] = True
-                        unit = near_dups.batch[i]
-                    else:
-                        unit = vec.unit(np_mod.asarray(p.vector, dtype=np_mod.float32))
-                    new_rows.append((rid, unit))
-            if self.embedding_model is not None and any(p.vector for p in pending):
-                model = self.embedding_model
-                conn.execute(
-                    "INSERT OR IGNORE INTO ltm_meta (key, value) VALUES ('embedding_model', ?), "
-                    "('dimensions', ?)",
-                    (model.model, str(model.dimensions)),
-                )
-        matrix = self._matrices.get(user_id)
-        if matrix is not None and new_rows and not superseded:
-            self._matrices[user_id] = matrix.extended(new_rows, agent_id, run_id, expires)
-        elif new_rows or superseded:
-            self._matrices.pop(user_id, None)
-        return events
-
-    def _find_duplicate(
-        self,
-        conn: sqlite3.Connection,
-        digest: str,
-        user_id: str,
-        agent_id: str | None,
-        run_id: str | None,
-        now_ts: float,
-        seen: dict[str, StoredMemoryItem],
-    ) -> tuple[StoredMemoryItem, str] | None:
-        if not self.dedup:
-            return None
-        if digest in seen:
-            return seen[digest], "exact duplicate of an earlier memory in this write"
-        row = conn.execute(
-            # INDEXED BY: the planner would otherwise pick the scope index and scan the user
-            f"SELECT {COLUMNS} FROM ltm_memories m INDEXED BY ltm_memories_hash "
-            "WHERE m.user_id = ? AND m.hash = ? "
-            "AND m.agent_id IS ? AND m.run_id IS ? AND m.status = 'active' "
-            "AND (m.expires_at IS NULL OR m.expires_at > ?) LIMIT 1",
-            (user_id, digest, agent_id, run_id, now_ts),
-        ).fetchone()
-        if row is not None:
-            return row_to_item(row), "exact duplicate of an existing memory"
-        return None
-
-    def _find_near(
-        self,
-        conn: sqlite3.Connection,
-        i: int,
-        near: float,
-        near_dups: vec.NearDuplicates,
-        added: list[StoredMemoryItem | None],
-    ) -> tuple[StoredMemoryItem, str] | None:
-        stored = near_dups.best_stored(i)
-        if stored is not None and stored[0] >= near:
-            row = conn.execute(
-                f"SELECT {COLUMNS} FROM ltm_memories m WHERE m.rid = ?", (stored[1],)
-            ).fetchone()
-            if row is not None:
-                return row_to_item(row), f"near duplicate (cosine {stored[0]:.3f})"
-        earlier = near_dups.best_earlier(i)
-        if earlier is not None and earlier[0] >= near:
-            item = added[earlier[1]]
-            assert item is not None
-            return (
-                item,
-                f"near duplicate of an earlier memory in this write (cosine {earlier[0]:.3f})",
-            )
-        return None
-
-    def _insert(
-        self,
-        conn: sqlite3.Connection,
-        p: Pending,
-        digest: str,
-        user_id: str,
-        agent_id: str | None,
-        run_id: str | None,
-        now_iso: str,
-        expires: float | None,
-    ) -> tuple[int, StoredMemoryItem]:
-        mem_id = uuid.uuid4().hex
-        occurred = p.occurred_at.isoformat() if p.occurred_at else None
-        blob = vec.to_blob(p.vector) if p.vector is not None else None
-        cur = conn.execute(
-            "INSERT INTO ltm_memories (id, user_id, agent_id, run_id, content, context, "
-            "speaker, hash, metadata, occurred_at, created_at, updated_at, expires_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                mem_id,
-                user_id,
-                agent_id,
-                run_id,
-                p.text,
-                p.context,
-                p.speaker,
-                digest,
-                json.dumps(p.metadata, default=str),
-                occurred,
-                now_iso,
-                now_iso,
-                expires,
-            ),
-        )
-        if blob is not None:
-            conn.execute(
-                "INSERT INTO ltm_vectors (rid, embedding) VALUES (?, ?)", (cur.lastrowid, blob)
-            )
-        conn.execute(
-            "INSERT INTO ltm_fts (rowid, content, context, speaker, time) VALUES (?, ?, ?, ?, ?)",
-            (cur.lastrowid, p.text, p.context, p.speaker, date_text(p.occurred_at)),
-        )
-        log_event(conn, mem_id, user_id, "add", None, p.text, None, now_iso)
-        rid = int(cur.lastrowid or 0)
-        row = conn.execute(
-            f"SELECT {COLUMNS} FROM ltm_memories m WHERE m.rid = ?", (rid,)
-        ).fetchone()
-        return rid, row_to_item(row)
-
-    def _supersede(
-        self, conn: sqlite3.Connection, old_ids: list[str], new_id: str, user_id: str, at: str
-    ) -> str | None:
-        done = []
-        for old in old_ids:
-            row = conn.execute(
-                "SELECT content FROM ltm_memories "
-                "WHERE id = ? AND user_id = ? AND status = 'active'",
-                (old, user_id),
-            ).fetchone()
-            if row is None:
-                continue
-            conn.execute(
-                "UPDATE ltm_memories SET status = 'superseded', superseded_by = ?, "
-                "updated_at = ? WHERE id = ?",
-                (new_id, at, old),
-            )
-            log_event(conn, old, user_id, "supersede", row[0], None, f"superseded by {new_id}", at)
-            done.append(f"{old} ({row[0]!r})")
-        return "supersedes " + ", ".join(done) if done else None
-
     async def aclose(self) -> None:
         """Close the SQLite connection. Safe to call twice."""
-
-        self.__dict__.get("_lexicons", {}).clear()  # the per-user lexical indexes
-
-        def close() -> None:
-            with self._lock:
-                if self._conn is not None:
-                    self._conn.close()
-                    self._conn = None
-                self._closed = True
-                self._matrices.clear()
-
-        await asyncio.to_thread(close)
+        await self._file.close()

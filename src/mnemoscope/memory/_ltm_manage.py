@@ -1,6 +1,8 @@
-"""Management calls of :class:`~mnemoscope.memory.LocalLongTermMemory` (a mixin).
+"""Management calls of :class:`~mnemoscope.memory.LocalLongTermMemory`: one part of the store.
 
-List, get, update, delete, history, erase a user, purge expired memories, re-embed.
+List, get, update, delete, history, erase a user, purge expired memories, re-embed. The
+store inherits them (they are its public API) and gives this part its file part; nothing
+else is shared.
 """
 
 from __future__ import annotations
@@ -10,11 +12,11 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
-from mnemoscope.embedding import EmbeddingModelBase
 from mnemoscope.errors import UserError
 from mnemoscope.memory import _ltm_index as vec
+from mnemoscope.memory._ltm_file import LtmFile
 from mnemoscope.memory._ltm_schema import (
     COLUMNS,
     HistoryEntry,
@@ -32,29 +34,21 @@ from mnemoscope.memory._ltm_schema import (
 )
 from mnemoscope.memory._ltm_text import content_hash, date_text, parse_when
 
-_T = TypeVar("_T")
-
 
 class LocalLTMManagement:
-    """What :class:`LocalLongTermMemory` offers beyond ``record``/``retrieve``."""
+    """What :class:`LocalLongTermMemory` offers beyond ``record``/``retrieve``.
 
-    embedding_model: EmbeddingModelBase | None
-    _matrices: dict[str, vec.UserMatrix]
-    _vector_mismatch: str | None
+    Args:
+        file: the store's file part, the only thing these calls use.
+    """
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
-        raise NotImplementedError
-
-    async def _require_vectors(self) -> None:
-        raise NotImplementedError
-
-    def _writable(self, operation: str) -> None:
-        raise NotImplementedError
+    def __init__(self, file: LtmFile) -> None:
+        self._file = file
 
     async def users(self) -> builtins.list[UserStats]:
         """Every user with memories in the store, by user id, with their counts."""
         now = time.time()
-        rows = await self._run(
+        rows = await self._file.run(
             lambda conn: conn.execute(
                 "SELECT user_id, SUM(status = 'active' AND (expires_at IS NULL OR "
                 "expires_at > ?)), COUNT(*) FROM ltm_memories GROUP BY user_id ORDER BY user_id",
@@ -70,7 +64,7 @@ class LocalLTMManagement:
         store before paying for loading it.
         """
         meta = dict(
-            await self._run(
+            await self._file.run(
                 lambda conn: conn.execute(
                     "SELECT key, value FROM ltm_meta WHERE key IN ('embedding_model', 'dimensions')"
                 ).fetchall()
@@ -101,14 +95,14 @@ class LocalLTMManagement:
         sql = f"SELECT {COLUMNS} FROM ltm_memories m WHERE {where} ORDER BY m.rid"
         sql += " LIMIT ? OFFSET ?"
         params += [-1 if limit is None else limit, offset]
-        rows = await self._run(lambda conn: conn.execute(sql, params).fetchall())
+        rows = await self._file.run(lambda conn: conn.execute(sql, params).fetchall())
         return [row_to_item(r) for r in rows]
 
     async def get(
         self, memory_id: str, *, include_expired: bool = False
     ) -> StoredMemoryItem | None:
         """One memory by id (superseded ones too), or ``None``."""
-        row = await self._run(
+        row = await self._file.run(
             lambda conn: conn.execute(
                 f"SELECT {COLUMNS} FROM ltm_memories m WHERE m.id = ?", (memory_id,)
             ).fetchone()
@@ -132,11 +126,11 @@ class LocalLTMManagement:
         Raises:
             KeyError: no memory has this id.
         """
-        self._writable("update a memory")
+        self._file.writable("update a memory")
         text = content.strip()
         if not text:
             raise UserError("update() needs a non-empty content; use delete() to remove a memory")
-        speaker = await self._run(
+        speaker = await self._file.run(
             lambda conn: conn.execute(
                 "SELECT speaker FROM ltm_memories WHERE id = ?", (memory_id,)
             ).fetchone()
@@ -144,9 +138,11 @@ class LocalLTMManagement:
         if speaker is None:
             raise KeyError(memory_id)
         vector = None
-        if self.embedding_model is not None:
-            await self._require_vectors()
-            vector = await self.embedding_model.embed_one(embed_text(Pending(text, speaker[0])))
+        if self._file.embedding_model is not None:
+            await self._file.require_vectors()
+            vector = await self._file.embedding_model.embed_one(
+                embed_text(Pending(text, speaker[0]))
+            )
 
         def write(conn: sqlite3.Connection) -> StoredMemoryItem:
             with transaction(conn):
@@ -178,17 +174,17 @@ class LocalLTMManagement:
                     (rid, text, context, speaker, date_text(parse_when(occurred))),
                 )
                 log_event(conn, memory_id, user_id, "update", old, text, None, now)
-                self._matrices.pop(user_id, None)
+                self._file.matrices.pop(user_id, None)
                 new = conn.execute(
                     f"SELECT {COLUMNS} FROM ltm_memories m WHERE m.rid = ?", (rid,)
                 ).fetchone()
             return row_to_item(new)
 
-        return await self._run(write)
+        return await self._file.run(write)
 
     async def delete(self, memory_id: str) -> bool:
         """Remove a memory (its history keeps a ``delete`` entry). ``False`` if unknown."""
-        self._writable("delete a memory")
+        self._file.writable("delete a memory")
 
         def write(conn: sqlite3.Connection) -> bool:
             with transaction(conn):
@@ -201,14 +197,14 @@ class LocalLTMManagement:
                 log_event(
                     conn, memory_id, row[1], "delete", row[2], None, None, utcnow().isoformat()
                 )
-                self._matrices.pop(row[1], None)
+                self._file.matrices.pop(row[1], None)
             return True
 
-        return await self._run(write)
+        return await self._file.run(write)
 
     async def history(self, memory_id: str) -> builtins.list[HistoryEntry]:
         """Everything that happened to a memory, oldest first (empty if unknown)."""
-        rows = await self._run(
+        rows = await self._file.run(
             lambda conn: conn.execute(
                 "SELECT memory_id, event, old_content, new_content, reason, at FROM ltm_history "
                 "WHERE memory_id = ? ORDER BY seq",
@@ -219,7 +215,7 @@ class LocalLTMManagement:
 
     async def erase_user(self, user_id: str) -> int:
         """Delete every memory of a user and their history; returns how many memories."""
-        self._writable("erase a user")
+        self._file.writable("erase a user")
 
         def write(conn: sqlite3.Connection) -> int:
             with transaction(conn):
@@ -231,14 +227,14 @@ class LocalLTMManagement:
                 ]
                 remove_rows(conn, rids)
                 conn.execute("DELETE FROM ltm_history WHERE user_id = ?", (user_id,))
-            self._matrices.pop(user_id, None)
+            self._file.matrices.pop(user_id, None)
             return len(rids)
 
-        return await self._run(write)
+        return await self._file.run(write)
 
     async def purge_expired(self) -> int:
         """Delete every expired memory (history keeps a ``delete`` entry); returns how many."""
-        self._writable("purge expired memories")
+        self._file.writable("purge expired memories")
 
         def write(conn: sqlite3.Connection) -> int:
             now = utcnow()
@@ -253,10 +249,10 @@ class LocalLTMManagement:
                     log_event(
                         conn, mem_id, user_id, "delete", text, None, "expired", now.isoformat()
                     )
-                    self._matrices.pop(user_id, None)
+                    self._file.matrices.pop(user_id, None)
             return len(rows)
 
-        return await self._run(write)
+        return await self._file.run(write)
 
     async def reembed(
         self,
@@ -271,13 +267,13 @@ class LocalLTMManagement:
             progress: called with ``(done, total)`` after each batch (and once with
                 ``(0, total)`` before the first), e.g. to print progress.
         """
-        if self.embedding_model is None:
+        if self._file.embedding_model is None:
             raise UserError("reembed() needs an embedding_model; pass one to the store")
         if batch_size < 1:
             raise UserError(f"batch_size must be >= 1, got {batch_size}")
-        self._writable("re-embed memories")
-        model = self.embedding_model
-        rows = await self._run(
+        self._file.writable("re-embed memories")
+        model = self._file.embedding_model
+        rows = await self._file.run(
             lambda conn: conn.execute(
                 "SELECT rid, content, speaker FROM ltm_memories ORDER BY rid"
             ).fetchall()
@@ -295,7 +291,7 @@ class LocalLTMManagement:
                         [(r[0], vec.to_blob(v)) for r, v in zip(chunk, vectors, strict=True)],
                     )
 
-            await self._run(write)
+            await self._file.run(write)
             if progress is not None:
                 progress(start + len(chunk), len(rows))
 
@@ -306,8 +302,8 @@ class LocalLTMManagement:
                     "('dimensions', ?)",
                     (model.model, str(model.dimensions)),
                 )
-            self._matrices.clear()
-            self._vector_mismatch = None
+            self._file.matrices.clear()
+            self._file.vector_mismatch = None
 
-        await self._run(finish)
+        await self._file.run(finish)
         return len(rows)

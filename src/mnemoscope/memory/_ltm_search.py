@@ -1,4 +1,4 @@
-"""Retrieval of :class:`~mnemoscope.memory.LocalLongTermMemory` (a mixin).
+"""Retrieval of :class:`~mnemoscope.memory.LocalLongTermMemory`: one part of the store.
 
 Lexical: BM25F over the in-process index of :mod:`~mnemoscope.memory._ltm_lexicon` (the
 FTS5 index's ``bm25()`` when numpy is missing), with three question-aware adjustments:
@@ -23,22 +23,20 @@ import importlib.util
 import math
 import sqlite3
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Literal, Protocol
 
-from mnemoscope.embedding import EmbeddingModelBase
 from mnemoscope.errors import UserError
 from mnemoscope.memory import _ltm_index as vec
 from mnemoscope.memory import _ltm_lexicon as lx
 from mnemoscope.memory._long_term_base import MemoryItem
+from mnemoscope.memory._ltm_file import LtmFile
 from mnemoscope.memory._ltm_schema import COLUMNS, row_to_item, scope_clause
 from mnemoscope.memory._ltm_text import fts_match, rrf, search_terms, time_query
 
 SearchMode = Literal["hybrid", "lexical", "dense"]
 Fusion = Literal["rrf", "rrf-coverage"]
 LexicalEngine = Literal["bm25f", "fts5"]
-_T = TypeVar("_T")
 
 HAS_NUMPY = importlib.util.find_spec("numpy") is not None
 
@@ -89,65 +87,61 @@ class LexicalHits:
     coverage: float = 1.0
 
 
-class LocalLTMSearch:
-    """``retrieve`` of :class:`LocalLongTermMemory`."""
+class SearchKnobs(Protocol):
+    """The store's settings a search reads (at each search, so assigning one applies)."""
 
-    embedding_model: EmbeddingModelBase | None
     search_mode: SearchMode
     lexical_weight: float
     dense_weight: float
     rrf_k: float
     context_weight: float
     candidates: int
-    retrieval: RetrievalSettings = DEFAULT_SETTINGS
-    """Scoring knobs; assign a new :class:`RetrievalSettings` to change them."""
-    _lexicons: dict[str, lx.Lexicon]
+    retrieval: RetrievalSettings
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
-        raise NotImplementedError
 
-    async def _require_vectors(self) -> None:
-        raise NotImplementedError
+Scope = tuple[str, str | None, str | None]
+"""``(user_id, agent_id, run_id)``; ``None`` matches any agent or run of the user."""
 
-    def _matrix(self, conn: sqlite3.Connection, user_id: str) -> vec.UserMatrix | None:
-        raise NotImplementedError
+
+class LtmSearch:
+    """``retrieve``: the lexical and dense rankings of a scope, fused.
+
+    Args:
+        file: the store's file part (connection, vector matrices, lexical indexes).
+        knobs: where the ranking settings are read (the store itself).
+    """
+
+    def __init__(self, file: LtmFile, knobs: SearchKnobs) -> None:
+        self._file = file
+        self._knobs = knobs
 
     async def retrieve(
         self,
         query: str,
+        scope: Scope,
         *,
-        user_id: str,
-        agent_id: str | None = None,
-        run_id: str | None = None,
-        limit: int = 5,
-        threshold: float | None = None,
-        mode: SearchMode | None = None,
-        include_superseded: bool = False,
+        limit: int,
+        threshold: float | None,
+        mode: SearchMode | None,
+        include_superseded: bool,
     ) -> list[MemoryItem]:
-        """The memories most relevant to ``query``, best first, within the scope.
-
-        ``agent_id``/``run_id`` of ``None`` match any agent/run of the user.
-
-        Args:
-            mode: override the store's ``search_mode`` for this call.
-            threshold: drop results scoring below it. Scores are the cosine similarity in
-                dense mode and the fused reciprocal-rank score scaled to (0, 1] otherwise
-                (1.0 = first in every ranking).
-            include_superseded: also return memories that newer ones replaced.
-        """
+        """:meth:`LocalLongTermMemory.retrieve <mnemoscope.memory.LocalLongTermMemory.retrieve>`
+        in ``scope``."""
+        user_id, agent_id, run_id = scope
+        knobs, file = self._knobs, self._file
         if not user_id:
             raise UserError("retrieve() needs a non-empty user_id")
-        use = mode or self.search_mode
+        use = mode or knobs.search_mode
         if use not in ("hybrid", "lexical", "dense"):
             raise UserError(f"mode must be 'hybrid', 'lexical' or 'dense', got {use!r}")
-        if self.embedding_model is None:
+        if file.embedding_model is None:
             if use == "dense":
                 raise UserError("mode='dense' needs an embedding_model; pass one to the store")
             use = "lexical"
         if limit <= 0 or not query.strip():
             return []
         now_ts = time.time()
-        depth = max(self.candidates, limit)
+        depth = max(knobs.candidates, limit)
 
         def lexical(conn: sqlite3.Connection) -> LexicalHits:
             return self._lexical(
@@ -157,19 +151,18 @@ class LocalLTMSearch:
         def fuse(
             conn: sqlite3.Connection, hits: LexicalHits, qvec: list[float] | None
         ) -> list[MemoryItem]:
-            scope = (user_id, agent_id, run_id)
             return self._search(
                 conn, hits, qvec, use, scope, now_ts, depth, limit, threshold, include_superseded
             )
 
         qvec: list[float] | None = None
         if use != "lexical":
-            assert self.embedding_model is not None
-            await self._require_vectors()
-            qvec = await self.embedding_model.embed_one(query)
+            assert file.embedding_model is not None
+            await file.require_vectors()
+            qvec = await file.embedding_model.embed_one(query)
         # one worker-thread hop for BM25, cosine and fusion: on a busy machine every hop
         # can wait for a core, which costs more than running BM25 beside the embedding
-        return await self._run(
+        return await file.run(
             lambda conn: fuse(conn, lexical(conn) if use != "dense" else LexicalHits([]), qvec)
         )
 
@@ -192,7 +185,7 @@ class LocalLTMSearch:
         cosine: dict[int, float] = {}
         if mode != "lexical" and qvec is not None:
             np = vec.numpy()
-            matrix = self._matrix(conn, user_id)
+            matrix = self._file.matrix(conn, user_id)
             assert matrix is not None
             if matrix.rids.shape[0]:
                 mask = matrix.mask(
@@ -211,14 +204,14 @@ class LocalLTMSearch:
         if mode == "dense":
             ranked = [(rid, cosine[rid]) for rid in dense]
         else:
-            lexical_weight = self.lexical_weight
-            if self.retrieval.fusion == "rrf-coverage" and dense:
-                floor = self.retrieval.coverage_floor
+            lexical_weight = self._knobs.lexical_weight
+            if self._knobs.retrieval.fusion == "rrf-coverage" and dense:
+                floor = self._knobs.retrieval.coverage_floor
                 lexical_weight *= floor + (1.0 - floor) * hits.coverage
-            weights = (lexical_weight, self.dense_weight if mode == "hybrid" else 0.0)
+            weights = (lexical_weight, self._knobs.dense_weight if mode == "hybrid" else 0.0)
             top = sum(w for w, ranking in zip(weights, (lexical, dense), strict=True) if ranking)
-            fused = rrf([(lexical, weights[0]), (dense, weights[1])], k=self.rrf_k)
-            scale = (self.rrf_k + 1) / top if top else 1.0
+            fused = rrf([(lexical, weights[0]), (dense, weights[1])], k=self._knobs.rrf_k)
+            scale = (self._knobs.rrf_k + 1) / top if top else 1.0
             ranked = [(rid, score * scale) for rid, score in fused]
         if threshold is not None:
             ranked = [(rid, s) for rid, s in ranked if s >= threshold]
@@ -248,19 +241,19 @@ class LocalLTMSearch:
         depth: int,
         include_superseded: bool,
     ) -> LexicalHits:
-        if not HAS_NUMPY or self.retrieval.lexical_engine == "fts5":
+        if not HAS_NUMPY or self._knobs.retrieval.lexical_engine == "fts5":
             return LexicalHits(
                 self._lexical_fts(
                     conn, query, user_id, agent_id, run_id, now_ts, depth, include_superseded
                 )
             )
-        cache = self.__dict__.setdefault("_lexicons", {})
+        cache = self._file.lexicons
         lexicon = cache[user_id] = lx.refresh(conn, user_id, cache.get(user_id))
         return score_lexical(
             lexicon,
             query,
-            self.retrieval,
-            context_weight=self.context_weight,
+            self._knobs.retrieval,
+            context_weight=self._knobs.context_weight,
             agent_id=agent_id,
             run_id=run_id,
             now=now_ts,
@@ -291,7 +284,7 @@ class LocalLTMSearch:
         rows = conn.execute(
             "SELECT m.rid FROM ltm_fts CROSS JOIN ltm_memories m ON m.rid = ltm_fts.rowid "
             "WHERE ltm_fts MATCH ? AND ltm_fts.rank MATCH "
-            f"'bm25(1.0, {float(self.context_weight)!r}, 1.0, 1.0)' AND {where} {status}"
+            f"'bm25(1.0, {float(self._knobs.context_weight)!r}, 1.0, 1.0)' AND {where} {status}"
             "AND (m.expires_at IS NULL OR m.expires_at > ?) ORDER BY ltm_fts.rank LIMIT ?",
             [match, *params, now_ts, depth],
         ).fetchall()

@@ -1,9 +1,11 @@
-"""Tables and pure helpers shared by the paths of :class:`AsyncSQLAlchemyMemory`."""
+"""Tables, pure helpers and the one retry loop shared by the paths of
+:class:`AsyncSQLAlchemyMemory`."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -13,6 +15,7 @@ from mnemoscope.errors import MemoryStoreError, UserError
 
 MAX_KEY_LENGTH = 128
 CHUNK = 500  # ids per IN (...) clause
+ATTEMPTS = 5  # transient errors (locked file, deadlock, concurrent duplicate insert)
 _T = TypeVar("_T")
 
 MYSQL_KEY_COLLATION = "utf8mb4_nopad_bin"
@@ -144,6 +147,35 @@ def transient(exc: sa.exc.DBAPIError) -> bool:
         return True
     text = str(orig).lower()
     return "database is locked" in text or ("connection" in text and "closed" in text)
+
+
+async def retrying(
+    call: Callable[[], Awaitable[_T]],
+    *,
+    catch: type[BaseException] | tuple[type[BaseException], ...],
+    transient: Callable[[Any], bool],
+    what: str,
+    attempts: int = ATTEMPTS,
+) -> _T:
+    """``await call()``, again with backoff while it fails with a transient error.
+
+    Every retried operation of the store runs through here (SQLAlchemy transactions, the
+    driver statements, the SQLite worker). An exception of a type in ``catch`` is judged
+    by ``transient(exc)``: retried if true, else raised as
+    :class:`~mnemoscope.errors.MemoryStoreError` naming ``what``, as is the last failure
+    when every attempt failed. Anything else (our own errors, a cancellation) propagates
+    unchanged. ``call`` must be safe to repeat.
+    """
+    for attempt in range(attempts):
+        try:
+            return await call()
+        except catch as exc:
+            if not transient(exc):
+                raise MemoryStoreError(f"{what} failed: {exc}") from exc
+            last = exc
+        if attempt + 1 < attempts:
+            await asyncio.sleep(0.01 * 2**attempt)
+    raise MemoryStoreError(f"{what} failed after {attempts} attempts: {last}") from last
 
 
 ReadParams = Callable[[str, str, list[str], list[str], int], tuple[Any, ...]]

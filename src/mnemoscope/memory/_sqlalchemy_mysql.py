@@ -29,16 +29,25 @@ MySQL has no anonymous compound statements: it uses the transactional path.
 Key columns (ids and marks) use a binary NO PAD collation (:func:`key_collation`); tables
 of the older ``utf8mb4_bin`` schema, which ignores trailing spaces in comparisons, are
 detected (:data:`KEY_COLUMNS_SQL`) and converted by :func:`upgrade_statements`.
+
+:class:`MySQLDialect` (any driver) and :class:`AiomysqlDialect` (the block, reads on the
+driver connection) are the memory's strategies for MySQL and MariaDB.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from mnemoscope.errors import UserError
 from mnemoscope.memory._base import MarkPlan, mark_pairs, marks_of
+from mnemoscope.memory._sqlalchemy_common import chunks, first_occurrences, make_tables
+from mnemoscope.memory._sqlalchemy_dialect import SqlDialect
+from mnemoscope.memory._sqlalchemy_raw import fetch_one, run_retrying, transaction_probe
 
 MIN_MARIADB = (10, 2)  # BEGIN NOT ATOMIC (10.1.1), window functions (10.2), NO PAD (10.2)
 MIN_MYSQL = (8, 0, 17)  # utf8mb4_0900_bin
@@ -253,3 +262,70 @@ def delete_ids_sql(prefix: str, count: int) -> tuple[str, str]:
     ids = ", ".join(["%s"] * count)
     where = f"WHERE user_id = %s AND session_id = %s AND msg_id IN ({ids})"
     return f"DELETE FROM {prefix}_messages {where}", f"DELETE FROM {prefix}_marks {where}"
+
+
+class MySQLDialect(SqlDialect):
+    """MySQL and MariaDB with any asyncio driver: key columns in the server's NO PAD
+    collation, positions through ``LAST_INSERT_ID``, deletes as driver SQL."""
+
+    async def prepare_tables(self, conn: AsyncConnection, *, upgrade: bool) -> list[str]:
+        # the server is known once connected; ids need its NO PAD collation
+        prefix = self.rows.prefix
+        collation = key_collation(conn.dialect)
+        _, messages, _ = make_tables(prefix, collation)
+        await conn.run_sync(messages.metadata.create_all, checkfirst=True)
+        names = tuple(f"{prefix}_{n}" for n in KEY_COLUMNS)
+        result = await conn.exec_driver_sql(KEY_COLUMNS_SQL, names)
+        rows: list[Any] = list(result)
+        columns = [(str(r[0]), str(r[1]), r[2]) for r in rows]
+        pending = upgrade_statements(prefix, collation, columns)
+        if upgrade:
+            for statement in pending:
+                await conn.exec_driver_sql(statement)
+        return pending
+
+    async def bump_counter(self, conn: AsyncConnection, count: int) -> int | None:
+        # no RETURNING: the new value comes back in the OK packet as the insert id
+        c = self.rows.sessions
+        bumped = await conn.execute(
+            sa.update(c)
+            .where(self.rows.where(c))
+            .values(last_seq=sa.func.last_insert_id(c.c.last_seq + count))
+        )
+        return bumped.lastrowid if bumped.rowcount else None
+
+    async def delete_ids(self, conn: AsyncConnection, ids: Sequence[str]) -> int:
+        deleted = 0
+        for chunk in chunks(ids, DELETE_CHUNK):  # messages first, see the base
+            msgs_sql, marks_sql = delete_ids_sql(self.rows.prefix, len(chunk))
+            args = (self.rows.user_id, self.rows.session_id, *chunk)
+            deleted += (await conn.exec_driver_sql(msgs_sql, args)).rowcount
+            await conn.exec_driver_sql(marks_sql, args)
+        return deleted
+
+
+class AiomysqlDialect(MySQLDialect):
+    """MySQL and MariaDB through aiomysql: ``get`` is one statement on the pooled driver
+    connection (``_sqlalchemy_raw``), and on MariaDB an ignore-add is one block."""
+
+    async def add(self, payload: list[tuple[str, str]], plan: MarkPlan, on_duplicate: str) -> int:
+        dialect = self.engine.dialect  # knows the server: the memory has connected
+        if on_duplicate != "ignore" or not supports_block(dialect):
+            return await super().add(payload, plan, on_duplicate)
+        r = self.rows
+        sql, args = add_ignore_statement(
+            r.prefix,
+            r.user_id,
+            r.session_id,
+            first_occurrences(payload),
+            plan,
+            key_collation(dialect),
+        )
+        clean = transaction_probe("mysql")
+        return await run_retrying(
+            self.engine, fetch_one(sql, args), clean, what="AsyncSQLAlchemyMemory.add"
+        )
+
+    async def read(self, want: list[str], skip: list[str], last_n: int | None) -> list[Any]:
+        clean = transaction_probe("mysql", read=True)
+        return await self.read_on_driver("format", clean, want, skip, last_n)

@@ -29,14 +29,28 @@ One message (:func:`add_one_sql`, the agent's common write) needs no probe: the 
 bumped and the row inserted ``ON CONFLICT DO NOTHING``; an id already stored leaves an
 unused position (a gap, never a duplicate). Both statements run through the driver's
 prepared-statement cache, so each is parsed and planned once per connection.
+
+:class:`PostgresDialect` (any driver) and :class:`AsyncpgDialect` (these statements) are
+the memory's strategies for PostgreSQL.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from mnemoscope.memory._base import MarkPlan, mark_pairs, marks_of
 from mnemoscope.memory._sqlalchemy_common import first_occurrences
+from mnemoscope.memory._sqlalchemy_dialect import SessionRows, SqlDialect
+from mnemoscope.memory._sqlalchemy_raw import (
+    fetch_value,
+    run_retrying,
+    transaction_probe,
+)
 
 
 def add_one_sql(prefix: str) -> str:
@@ -128,3 +142,39 @@ def pg_add_statement(
         return sql.batch, (user, session, ids, docs, plan)
     pairs = mark_pairs(plan, first)
     return sql.pairs, (user, session, ids, docs, [i for i, _ in pairs], [m for _, m in pairs])
+
+
+class PostgresDialect(SqlDialect):
+    """PostgreSQL with any asyncio driver: deletes bind the ids as one array."""
+
+    async def delete_ids(self, conn: AsyncConnection, ids: Sequence[str]) -> int:
+        # one array parameter: one statement per table (messages first, see the base)
+        t, k, where = self.rows.messages, self.rows.marks, self.rows.where
+        arr = sa.bindparam("ids", list(ids), type_=ARRAY(sa.Text()))
+        res = await conn.execute(sa.delete(t).where(where(t), t.c.msg_id == sa.any_(arr)))
+        await conn.execute(sa.delete(k).where(where(k), k.c.msg_id == sa.any_(arr)))
+        return int(res.rowcount)
+
+
+class AsyncpgDialect(PostgresDialect):
+    """PostgreSQL through asyncpg: an ignore-add is one statement in autocommit and ``get``
+    one statement, both on the pooled driver connection (``_sqlalchemy_raw``)."""
+
+    def __init__(self, engine: AsyncEngine, rows: SessionRows) -> None:
+        super().__init__(engine, rows)
+        self.sql = PgAddSql(rows.prefix)
+
+    async def add(self, payload: list[tuple[str, str]], plan: MarkPlan, on_duplicate: str) -> int:
+        if on_duplicate != "ignore":
+            return await super().add(payload, plan, on_duplicate)
+        r = self.rows
+        sql, args = pg_add_statement(self.sql, r.user_id, r.session_id, payload, plan)
+        return await run_retrying(
+            self.engine, fetch_value(sql, args), _clean, what="AsyncSQLAlchemyMemory.add"
+        )
+
+    async def read(self, want: list[str], skip: list[str], last_n: int | None) -> list[Any]:
+        return await self.read_on_driver("numeric", _clean, want, skip, last_n)
+
+
+_clean = transaction_probe("postgresql")

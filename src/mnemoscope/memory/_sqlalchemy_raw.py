@@ -16,7 +16,6 @@ connection is invalidated (closed and replaced).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -24,8 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
-from mnemoscope.errors import MemoryStoreError
-from mnemoscope.memory._sqlalchemy_common import transient
+from mnemoscope.memory._sqlalchemy_common import retrying, transient
 
 _T = TypeVar("_T")
 
@@ -128,26 +126,24 @@ async def run_retrying(
     fn: Callable[[Any], Awaitable[_T]],
     clean: Callable[[Any], bool],
     *,
-    attempts: int,
     what: str,
 ) -> _T:
-    """:func:`run_on_driver`, retried with backoff while the failure is transient (``fn``
-    must be safe to repeat); anything else, or the last failure, becomes
+    """:func:`run_on_driver` through the store's one retry loop (``fn`` must be safe to
+    repeat): a transient failure (checking a connection out of the pool, or the driver's
+    own exceptions) is retried; anything else becomes
     :class:`~mnemoscope.errors.MemoryStoreError` naming ``what``."""
-    for attempt in range(attempts):
-        try:
-            return await run_on_driver(engine, fn, clean)
-        except sa.exc.DBAPIError as exc:  # checking a connection out of the pool
-            if not transient(exc):
-                raise MemoryStoreError(f"{what} failed: {exc}") from exc
-            last: BaseException = exc
-        except Exception as exc:  # the driver's own exceptions
-            if not transient_driver_error(exc):
-                raise MemoryStoreError(f"{what} failed: {exc}") from exc
-            last = exc
-        if attempt + 1 < attempts:
-            await asyncio.sleep(0.01 * 2**attempt)
-    raise MemoryStoreError(f"{what} failed after {attempts} attempts: {last}") from last
+
+    def worth_retrying(exc: Exception) -> bool:
+        if isinstance(exc, sa.exc.DBAPIError):
+            return transient(exc)
+        return transient_driver_error(exc)
+
+    return await retrying(
+        lambda: run_on_driver(engine, fn, clean),
+        catch=Exception,
+        transient=worth_retrying,
+        what=what,
+    )
 
 
 def fetch_value(sql: str, args: tuple[Any, ...]) -> Callable[[Any], Awaitable[int]]:

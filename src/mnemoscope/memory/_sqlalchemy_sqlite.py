@@ -7,6 +7,7 @@ by one worker thread on a plain :mod:`sqlite3` connection: one hop per call. ``d
 ``delete_by_mark`` and ``clear`` run the same way (messages and marks in one transaction). The file,
 tables, locking (``BEGIN IMMEDIATE``, busy timeout) and transaction boundaries are the
 same as on the SQLAlchemy path, so both paths, and other processes, can share a file.
+:class:`SQLiteDialect` is the memory's strategy for such a file.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from mnemoscope.memory._base import MarkPlan, mark_pairs
-from mnemoscope.memory._sqlalchemy_common import chunks, plan_add
+from mnemoscope.memory._sqlalchemy_common import chunks, plan_add, read_sql, retrying
+from mnemoscope.memory._sqlalchemy_dialect import SessionRows, SqlDialect
 
 _T = TypeVar("_T")
 
@@ -304,3 +307,46 @@ def retryable(exc: sqlite3.Error) -> bool:
         return True
     text = str(exc).lower()
     return "locked" in text or "busy" in text
+
+
+class SQLiteDialect(SqlDialect):
+    """A SQLite file: ``add``, ``delete``, ``delete_by_mark``, ``clear`` and ``get`` are
+    one call of the engine's worker thread each, retried while the file is locked; the
+    other operations take the portable path on the same file.
+
+    Args:
+        engine: the memory's engine.
+        rows: the tables and the session they are scoped to.
+        worker: the engine's worker (:func:`sqlite_worker_for`).
+    """
+
+    def __init__(self, engine: AsyncEngine, rows: SessionRows, worker: SQLiteWorker) -> None:
+        super().__init__(engine, rows)
+        self.worker = worker
+        self._key = (rows.prefix, rows.user_id, rows.session_id)
+
+    async def _run(self, fn: Callable[..., _T], *args: Any, what: str) -> _T:
+        """``fn(sqlite3_connection, *args)`` in the worker, retried while locked."""
+        return await retrying(
+            lambda: self.worker.run(fn, *args),
+            catch=sqlite3.Error,
+            transient=retryable,
+            what=f"AsyncSQLAlchemyMemory.{what}",
+        )
+
+    async def add(self, payload: list[tuple[str, str]], plan: MarkPlan, on_duplicate: str) -> int:
+        return await self._run(add_sync, *self._key, payload, plan, on_duplicate, what="add")
+
+    async def delete(self, ids: list[str]) -> int:
+        return await self._run(delete_sync, *self._key, ids, what="delete")
+
+    async def delete_by_mark(self, marks: list[str]) -> int:
+        return await self._run(delete_by_mark_sync, *self._key, marks, what="delete_by_mark")
+
+    async def clear(self) -> None:
+        await self._run(clear_sync, *self._key, what="clear")
+
+    async def read(self, want: list[str], skip: list[str], last_n: int | None) -> list[Any]:
+        sql, params = read_sql(self.rows.prefix, "qmark", len(want), len(skip), last_n is not None)
+        args = params(self.rows.user_id, self.rows.session_id, want, skip, last_n or 0)
+        return await self._run(read_sync, sql, args, what="get")

@@ -63,7 +63,6 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from mnemoscope.errors import MemoryStoreError, MnemoscopeError, UserError
@@ -78,8 +77,6 @@ from mnemoscope.memory.markdown import (
     MEMORY_DIRNAME,
     IndexSnapshot,
     IndexView,
-    MemoryFile,
-    MemorySelection,
     MemoryStore,
     ScanResult,
     bound_index,
@@ -87,9 +84,12 @@ from mnemoscope.memory.markdown import (
     parse_memory_file,
     render_hint,
     render_index_section,
-    render_manifest,
 )
-from mnemoscope.message import HintBlock, Msg, SystemMsg, UserMsg
+from mnemoscope.message import HintBlock
+from mnemoscope.middleware._agentic_retrieval import (
+    MemorySelector,
+    RetrievalResult,
+)
 from mnemoscope.middleware._base import (
     ActingHandler,
     MiddlewareBase,
@@ -113,25 +113,11 @@ SOURCE = "agentic_memory"
 DEFAULT_RETRIEVAL_WAIT = 1.0
 """Seconds the first reasoning step waits for retrieval (then it proceeds without it)."""
 
-LOCAL_MIN_SCORE_RATIO = 0.25
-"""``selection="local"`` keeps files scoring at least this fraction of the best score."""
-
 GRANT_SOURCE = "agentic-memory"
 """``source`` of the working-directory grant of the memory directory."""
 
 _READ_TOOLS = frozenset({"Read"})
 _WRITE_TOOLS = frozenset({"Write", "Edit"})
-
-
-@dataclass
-class RetrievalResult:
-    """What one reply's retrieval found."""
-
-    files: list[tuple[MemoryFile, str]] = field(default_factory=list)
-    mode: str = "llm"
-    candidates: int = 0
-    total: int = 0
-    fallback_reason: str = ""
 
 
 class AgenticMemoryMiddleware(MiddlewareBase):
@@ -232,6 +218,7 @@ class AgenticMemoryMiddleware(MiddlewareBase):
         self.hint_max_tokens_per_file = hint_max_tokens_per_file
         self.instructions = instructions or DEFAULT_MEMORY_INSTRUCTIONS
         self.retrieval_instructions = retrieval_instructions or DEFAULT_RETRIEVAL_INSTRUCTIONS
+        self._selector = MemorySelector(self.store, self)
         # the last rendered index section and what it was rendered from (disk state only)
         self._section_cache: tuple[tuple[Any, ...], IndexView, str] | None = None
 
@@ -494,89 +481,13 @@ class AgenticMemoryMiddleware(MiddlewareBase):
     # ------------------------------------------------------------- retrieval
     async def select(self, query: str, *, model: ChatModelBase | None = None) -> RetrievalResult:
         """Run the retrieval outside an agent (used by tests, the CLI and the benchmark)."""
-        return await self._select(query, await self.store.scan(), model)
+        return await self._selector.select(query, await self.store.scan(), model)
 
     async def _retrieve(
         self, ctx: ReplyContext, query: str, scan_task: asyncio.Future[ScanResult]
     ) -> RetrievalResult:
         scan = await asyncio.shield(scan_task)
-        return await self._select(query, scan, self.retrieval_model or ctx.agent.model)
-
-    async def _select(
-        self, query: str, scan: ScanResult, model: ChatModelBase | None
-    ) -> RetrievalResult:
-        valid = scan.valid
-        result = RetrievalResult(mode=self.selection, total=len(valid))
-        if not valid:
-            return result
-        ranker = await self.store.ranker_async(scan)
-        by_name = scan.valid_by_name
-        if self.selection == "local" or model is None:
-            ranked = ranker.search(query, k=self.max_selected)
-            top = ranked[0][1] if ranked else 0.0
-            chosen = [key for key, score in ranked if score >= top * LOCAL_MIN_SCORE_RATIO]
-            result.mode = "local"
-            result.candidates = len(valid)
-        else:
-            candidates = self._candidates(query, scan, ranker)
-            result.candidates = len(candidates)
-            try:
-                chosen = await self._ask_model(model, query, candidates)
-            except (MnemoscopeError, ValueError) as exc:
-                # the memories are still useful: fall back to the ranker, and say so
-                ranked = ranker.search(query, k=self.max_selected)
-                chosen = [key for key, _ in ranked]
-                result.mode = "local"
-                result.fallback_reason = f"{type(exc).__name__}: {exc}"
-        result.files = await self._load(chosen, by_name)
-        return result
-
-    def _candidates(self, query: str, scan: ScanResult, ranker: Any) -> list[MemoryFile]:
-        valid = scan.valid
-        if len(valid) <= self.manifest_max_files:
-            return sorted(valid, key=lambda f: -(f.mtime or 0.0))
-        by_name = scan.valid_by_name
-        picked = [by_name[k] for k, _ in ranker.search(query, k=self.manifest_max_files)]
-        if len(picked) < self.manifest_max_files:
-            seen = {f.filename for f in picked}
-            newest = sorted(valid, key=lambda f: -(f.mtime or 0.0))
-            picked += [f for f in newest if f.filename not in seen][
-                : self.manifest_max_files - len(picked)
-            ]
-        return picked
-
-    async def _ask_model(
-        self, model: ChatModelBase, query: str, candidates: list[MemoryFile]
-    ) -> list[str]:
-        manifest = render_manifest(candidates)
-        messages: list[Msg] = [
-            SystemMsg(
-                self.retrieval_instructions.replace("{max_selected}", str(self.max_selected))
-            ),
-            UserMsg("user", f"User message:\n{query}\n\nMemory files:\n{manifest}"),
-        ]
-        selection = await model.generate_structured_output(messages, MemorySelection)
-        allowed = {f.filename for f in candidates}
-        chosen: list[str] = []
-        for name in selection.selected_files:
-            name = name.strip().lstrip("./")
-            if name.startswith(f"{MEMORY_DIRNAME}/"):
-                name = name[len(MEMORY_DIRNAME) + 1 :]
-            if name in allowed and name not in chosen:
-                chosen.append(name)
-        return chosen[: self.max_selected]
-
-    async def _load(
-        self, chosen: list[str], by_name: dict[str, MemoryFile]
-    ) -> list[tuple[MemoryFile, str]]:
-        out = []
-        for name in chosen[: self.max_selected]:
-            try:
-                text = await self.store.read_text(name)
-            except (FileNotFoundError, MnemoscopeError, OSError):
-                continue  # removed since the scan
-            out.append((by_name[name], _truncate_tokens(text, self.hint_max_tokens_per_file)))
-        return out
+        return await self._selector.select(query, scan, self.retrieval_model or ctx.agent.model)
 
     def _inject(
         self, reply: ReplyContext, task: asyncio.Task[RetrievalResult], st: dict[str, Any]
@@ -660,13 +571,3 @@ class AgenticMemoryMiddleware(MiddlewareBase):
 def _token_counter(agent: AgentView) -> Any:
     model = getattr(agent, "model", None)
     return model.count_tokens if model is not None else count_tokens
-
-
-def _truncate_tokens(text: str, max_tokens: int) -> str:
-    n = count_tokens(text)
-    if n <= max_tokens:
-        return text
-    cut = int(len(text) * max_tokens / n)
-    while cut > 0 and count_tokens(text[:cut]) > max_tokens:
-        cut = int(cut * 0.9)
-    return text[:cut].rstrip() + "\n[... truncated; Read the file for the rest]"

@@ -44,6 +44,7 @@ import asyncio
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from mnemoscope.errors import MemoryStoreError, UserError
@@ -94,6 +95,7 @@ def _norm(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip().casefold()
 
 
+@dataclass(eq=False, repr=False)
 class LongTermMemoryMiddleware(MiddlewareBase):
     """The three control modes, the two tools, injection and write-back over one store.
 
@@ -119,54 +121,44 @@ class LongTermMemoryMiddleware(MiddlewareBase):
         close_store: close ``store`` in :meth:`aclose` (set by subclasses that build it).
     """
 
-    def __init__(
-        self,
-        store: LongTermMemoryBase,
-        *,
-        user_id: str,
-        mode: Mode = "both",
-        agent_id: str | None = None,
-        run_id: str | None = None,
-        top_k: int = 5,
-        threshold: float | None = None,
-        scope_search_by_agent: bool = True,
-        await_write: bool = True,
-        name: str = "long_term_memory",
-        search_timeout: float | None = 30.0,
-        write_timeout: float | None = 120.0,
-        tool_infer: bool = False,
-        close_store: bool = False,
-    ) -> None:
-        if not isinstance(store, LongTermMemoryBase):
-            raise UserError(f"store must be a LongTermMemoryBase, got {type(store).__name__}")
-        if not isinstance(user_id, str) or not user_id.strip():
-            raise UserError(f"user_id must be a non-empty string, got {user_id!r}")
-        if mode not in MODES:
-            raise UserError(f"mode must be one of {', '.join(map(repr, MODES))}, got {mode!r}")
-        if not isinstance(top_k, int) or top_k < 1:
-            raise UserError(f"top_k must be a positive integer, got {top_k!r}")
-        for label, value in (("search_timeout", search_timeout), ("write_timeout", write_timeout)):
+    store: LongTermMemoryBase
+    _: KW_ONLY
+    # The settings every long-term memory middleware takes, declared once: subclasses
+    # (``Mem0Middleware``) inherit them, so their constructors list them too.
+    user_id: str
+    mode: Mode = "both"
+    agent_id: str | None = None
+    run_id: str | None = None
+    top_k: int = 5
+    threshold: float | None = None
+    scope_search_by_agent: bool = True
+    await_write: bool = True
+    name: str = "long_term_memory"
+    search_timeout: float | None = 30.0
+    write_timeout: float | None = 120.0
+    tool_infer: bool = False
+    close_store: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.store, LongTermMemoryBase):
+            raise UserError(f"store must be a LongTermMemoryBase, got {type(self.store).__name__}")
+        if not isinstance(self.user_id, str) or not self.user_id.strip():
+            raise UserError(f"user_id must be a non-empty string, got {self.user_id!r}")
+        if self.mode not in MODES:
+            raise UserError(f"mode must be one of {', '.join(map(repr, MODES))}, got {self.mode!r}")
+        if not isinstance(self.top_k, int) or self.top_k < 1:
+            raise UserError(f"top_k must be a positive integer, got {self.top_k!r}")
+        for label, value in (
+            ("search_timeout", self.search_timeout),
+            ("write_timeout", self.write_timeout),
+        ):
             if value is not None and value <= 0:
                 raise UserError(f"{label} must be positive or None, got {value!r}")
-        self.store = store
-        self.user_id = user_id
-        self.mode: Mode = mode
-        self.agent_id = agent_id
-        self.run_id = run_id
-        self.top_k = top_k
-        self.threshold = threshold
-        self.scope_search_by_agent = scope_search_by_agent
-        self.await_write = await_write
-        self.name = name
-        self.search_timeout = search_timeout
-        self.write_timeout = write_timeout
-        self.tool_infer = tool_infer
-        self._close_store = close_store
         self._closed = False
         self._background: set[asyncio.Task[Any]] = set()
         self.failed_background_writes = 0
         """Background writes that failed since construction (each was logged)."""
-        self._tools = self._make_tools() if mode != "static_control" else []
+        self._tools = self._make_tools() if self.mode != "static_control" else []
 
     # ------------------------------------------------------------- properties
     @property
@@ -215,7 +207,7 @@ class LongTermMemoryMiddleware(MiddlewareBase):
     async def aclose(self) -> None:
         """Wait for background writes, then close the store if this middleware owns it."""
         await self.flush()
-        if self._close_store and not self._closed:
+        if self.close_store and not self._closed:
             self._closed = True
             await self.store.aclose()
         self._closed = True

@@ -25,11 +25,12 @@ construction paths and failure reporting.
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mnemoscope.errors import UserError
 from mnemoscope.memory import Mem0LongTermMemory
-from mnemoscope.middleware._long_term import LongTermMemoryMiddleware, Mode
+from mnemoscope.middleware._long_term import LongTermMemoryMiddleware
 
 if TYPE_CHECKING:
     from mnemoscope.embedding import EmbeddingModelBase
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from mnemoscope.model import ChatModelBase
 
 
+@dataclass(eq=False, repr=False)
 class Mem0Middleware(LongTermMemoryMiddleware):
     """A drop-in mem0 long-term memory.
 
@@ -56,69 +58,44 @@ class Mem0Middleware(LongTermMemoryMiddleware):
         mem0_config: a ``mem0.configs.base.MemoryConfig`` (or dict) to start from; only the
             llm/embedder slots are replaced by the models given.
         client: a pre-built ``mem0.AsyncMemory``/``mem0.AsyncMemoryClient``; takes
-            precedence over the three arguments above and is never closed by us.
+            precedence over the three arguments above and is never closed by us. After
+            construction, the client in use (given or built).
         path: local Qdrant directory when building from models alone (default
             ``$MNEMOSCOPE_MEM0_PATH``, else mem0's ``/tmp/qdrant``).
         run_id, search_timeout, write_timeout, tool_infer, name: see
             :class:`LongTermMemoryMiddleware`.
     """
 
-    def __init__(
-        self,
-        user_id: str,
-        mode: Mode = "both",
-        agent_id: str | None = None,
-        top_k: int = 5,
-        threshold: float | None = None,
-        scope_search_by_agent: bool = True,
-        await_write: bool = True,
-        chat_model: ChatModelBase | None = None,
-        embedding_model: EmbeddingModelBase | None = None,
-        mem0_config: Any = None,
-        client: Any = None,
-        *,
-        path: str | None = None,
-        run_id: str | None = None,
-        search_timeout: float | None = 30.0,
-        write_timeout: float | None = 120.0,
-        tool_infer: bool = False,
-        name: str = "mem0",
-    ) -> None:
-        if not isinstance(user_id, str) or not user_id.strip():
-            raise UserError(f"user_id must be a non-empty string, got {user_id!r}")
+    # the settings shared with LongTermMemoryMiddleware (user_id, mode, agent_id, run_id,
+    # top_k, threshold, ...) are inherited: declared once, there. These are mem0's own.
+    store: Mem0LongTermMemory = field(init=False)
+    _: KW_ONLY
+    name: str = "mem0"
+    close_store: bool = field(default=True, init=False)  # the store is built here
+    chat_model: ChatModelBase | None = None
+    embedding_model: EmbeddingModelBase | None = None
+    mem0_config: Any = None
+    client: Any = None
+    """The ``mem0.AsyncMemory`` / ``AsyncMemoryClient`` in use (given, or built here)."""
+    path: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.user_id, str) or not self.user_id.strip():
+            raise UserError(f"user_id must be a non-empty string, got {self.user_id!r}")
         store = Mem0LongTermMemory(
-            client,
-            chat_model=chat_model,
-            embedding_model=embedding_model,
-            mem0_config=mem0_config,
-            path=path,
+            self.client,
+            chat_model=self.chat_model,
+            embedding_model=self.embedding_model,
+            mem0_config=self.mem0_config,
+            path=self.path,
         )
+        self.store = store
         try:
-            super().__init__(
-                store,
-                user_id=user_id,
-                mode=mode,
-                agent_id=agent_id,
-                run_id=run_id,
-                top_k=top_k,
-                threshold=threshold,
-                scope_search_by_agent=scope_search_by_agent,
-                await_write=await_write,
-                name=name,
-                search_timeout=search_timeout,
-                write_timeout=write_timeout,
-                tool_infer=tool_infer,
-                close_store=True,
-            )
+            super().__post_init__()
         except BaseException:
             store.close_sync()  # release the bridge and the Qdrant client
             raise
-        self.store: Mem0LongTermMemory = store
-
-    @property
-    def client(self) -> Any:
-        """The ``mem0.AsyncMemory`` / ``AsyncMemoryClient`` in use."""
-        return self.store.client
+        self.client = store.client
 
     def setup(self, agent: AgentView) -> None:
         """Refuse an agent that shares its model instance (or its HTTP client) with mem0."""
