@@ -93,15 +93,6 @@ def build_app(args: argparse.Namespace) -> tuple[Any, str]:
             prompt = Path(args.system_prompt).read_text(encoding="utf-8")
         except OSError as exc:
             raise UserError(f"--system-prompt {args.system_prompt!r}: {exc.strerror}") from None
-    embedder: Any = None
-    if args.embedding == "hash":
-        from mnemoscope.testing import HashEmbeddingModel
-
-        embedder = HashEmbeddingModel()
-    elif args.embedding == "local":
-        from mnemoscope.embedding import LocalEmbeddingModel
-
-        embedder = LocalEmbeddingModel()
     app = create_inspector_app(
         store=args.store,
         auth=auth,
@@ -111,9 +102,22 @@ def build_app(args: argparse.Namespace) -> tuple[Any, str]:
         system_prompt=prompt,
         max_tokens=args.max_tokens,
         store_prefix=args.prefix,
-        embedding_model=embedder,
+        embedding_model=embedder_named(args.embedding),
     )
     return app, signin
+
+
+def embedder_named(name: str | None) -> Any:
+    """The embedder ``--embedding local|hash`` names (``None``: none)."""
+    if name == "hash":
+        from mnemoscope.testing import HashEmbeddingModel
+
+        return HashEmbeddingModel()
+    if name == "local":
+        from mnemoscope.embedding import LocalEmbeddingModel
+
+        return LocalEmbeddingModel()
+    return None
 
 
 def run_inspect(args: argparse.Namespace) -> int:
