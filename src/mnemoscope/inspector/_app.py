@@ -7,6 +7,7 @@ Example::
     app = create_inspector_app(
         store="sqlite+aiosqlite:///sessions.db",   # the agents' short-term memory
         ltm="ltm.db",                             # a LocalLongTermMemory file (optional)
+                                                  # (or mem0=a Mem0LongTermMemory)
         workdir="/srv/agents/{user_id}",          # agentic Markdown memory (optional)
         auth="tokens.txt",                        # or any token -> user_id callable
         audit="audit.db",
@@ -44,6 +45,7 @@ from mnemoscope.inspector._calls import (
     is_reply_start,
 )
 from mnemoscope.inspector._html import csrf_field, e, layout, url
+from mnemoscope.inspector._ltm_views import LongTermViewBase, long_term_view, open_mem0
 from mnemoscope.inspector._render import render_entries
 from mnemoscope.inspector._sessions import SessionReaderBase, session_reader_from_url
 
@@ -82,7 +84,7 @@ class Inspector:
 
     resolve: Callable[[str], Awaitable[str | None]]
     reader: SessionReaderBase | None
-    ltm: Any
+    ltm: LongTermViewBase | None
     workdir_for: WorkdirFor | None
     audit: AuditLog
     calls: ModelCallSourceBase
@@ -386,6 +388,7 @@ def create_inspector_app(
     store: str | SessionReaderBase | None = None,
     auth: Any,
     ltm: Any = None,
+    mem0: Any = None,
     workdir: str | os.PathLike[str] | WorkdirFor | None = None,
     audit: str | os.PathLike[str] | AuditLog | None = None,
     calls: ModelCallSourceBase | None = None,
@@ -404,6 +407,9 @@ def create_inspector_app(
         auth: ``token -> user_id | None`` (sync or async), a ``{token: user}`` dict or a
             token file path (lines ``token user``, or JSON).
         ltm: a :class:`~mnemoscope.memory.LocalLongTermMemory` or the path of its file.
+        mem0: instead of ``ltm``, a :class:`~mnemoscope.memory.Mem0LongTermMemory` (over
+            ``mem0.AsyncMemory``) or the local Qdrant directory of one (then
+            ``embedding_model`` is the embedder it was written with).
         workdir: the agentic memory's workdir: a path with ``{user_id}`` in it, a
             ``user_id -> path`` function, or (one user only) a plain path.
         audit: where edits are logged (a SQLite path or an :class:`AuditLog`); ``None``
@@ -418,11 +424,16 @@ def create_inspector_app(
             default: true for a token table with one user.
 
     Raises:
-        UserError: a bad ``auth``, ``store`` URL or ``page_size``, or a plain ``workdir``
-            with several users.
+        UserError: a bad ``auth``, ``store`` URL or ``page_size``, both ``ltm`` and
+            ``mem0``, or a plain ``workdir`` with several users.
     """
     if page_size < 1:
         raise UserError(f"page_size must be >= 1, got {page_size}")
+    if ltm is not None and mem0 is not None:
+        raise UserError(
+            "give ltm= (the native store) or mem0=, not both: the memory pages show one "
+            "long-term store; run a second inspector for the other"
+        )
     if isinstance(auth, dict | str | os.PathLike):
         auth = TokenFileAuth(auth)
     resolver = as_resolver(auth)
@@ -434,18 +445,25 @@ def create_inspector_app(
     )
     if isinstance(store, str):
         owned.append(reader)
+    long_term = None
     if isinstance(ltm, str | os.PathLike):
         from mnemoscope.memory import LocalLongTermMemory
 
         ltm = LocalLongTermMemory(ltm, embedding_model=embedding_model, create=False)
-        owned.append(ltm)
+        long_term = long_term_view(ltm)
+        owned.append(long_term)
+    elif isinstance(mem0, str | os.PathLike):
+        long_term = long_term_view(open_mem0(mem0, embedding_model))
+        owned.append(long_term)
+    elif ltm is not None or mem0 is not None:
+        long_term = long_term_view(ltm if ltm is not None else mem0)
     audit_log = audit if isinstance(audit, AuditLog) else AuditLog(audit or ":memory:")
     if not isinstance(audit, AuditLog):
         owned.append(audit_log)
     insp = Inspector(
         resolve=resolver,
         reader=reader,
-        ltm=ltm,
+        ltm=long_term,
         workdir_for=_workdir_for(workdir, single_user),
         audit=audit_log,
         calls=calls or ReconstructedCallSource(system_prompt=system_prompt, max_tokens=max_tokens),
