@@ -23,10 +23,11 @@ INSPECTOR_PATH = "/inspector"
 """Where ``--inspector`` mounts the inspector in the service's app."""
 
 INSPECTOR_ENV = "MNEMOSCOPE_SERVICE_INSPECTOR_"
-"""Variables (``ON``, ``STORE``, ``PREFIX``, ``LTM``, ``WORKDIR``, ``AUDIT``, ``EMBEDDING``)
+"""Variables (``ON``, ``STORE``, ``PREFIX``, ``LTM``, ``MEM0``, ``WORKDIR``, ``AUDIT``,
+``EMBEDDING``)
 that carry the ``--inspector-*`` options to each uvicorn worker."""
 
-_INSPECTOR_OPTIONS = ("store", "prefix", "ltm", "workdir", "audit", "embedding")
+_INSPECTOR_OPTIONS = ("store", "prefix", "ltm", "mem0", "workdir", "audit", "embedding")
 
 
 def add_serve_parser(sub: Any) -> None:
@@ -70,6 +71,11 @@ def add_serve_parser(sub: Any) -> None:
     g.add_argument("--inspector-prefix", metavar="P", help="its table/key prefix (mnemoscope)")
     g.add_argument("--inspector-ltm", metavar="PATH", help="a LocalLongTermMemory file")
     g.add_argument(
+        "--inspector-mem0",
+        metavar="DIR",
+        help="instead of --inspector-ltm: a mem0 local Qdrant directory (one worker only)",
+    )
+    g.add_argument(
         "--inspector-workdir", metavar="DIR", help="agentic memory workdir with {user_id} in it"
     )
     g.add_argument(
@@ -90,12 +96,16 @@ def _inspector_settings(args: argparse.Namespace) -> dict[str, str]:
             flags = ", ".join(f"--inspector-{k}" for k in given)
             raise UserError(f"{flags} given without --inspector: add --inspector to serve it")
         return {}
-    if not any(k in given for k in ("store", "ltm", "workdir")):
+    if not any(k in given for k in ("store", "ltm", "mem0", "workdir")):
         raise UserError(
             "--inspector needs something to show: --inspector-store URL, --inspector-ltm "
-            "PATH or --inspector-workdir DIR"
+            "PATH, --inspector-mem0 DIR or --inspector-workdir DIR"
         )
-    for k in ("ltm", "workdir", "audit"):  # each worker resolves paths from its own cwd
+    if "mem0" in given and args.workers > 1:
+        raise UserError(
+            "--inspector-mem0 needs --workers 1: a local Qdrant directory opens in one process only"
+        )
+    for k in ("ltm", "mem0", "workdir", "audit"):  # each worker resolves paths from its own cwd
         if k in given:
             given[k] = os.path.abspath(given[k])
     given.setdefault("audit", os.path.abspath("mnemoscope_audit.db"))
@@ -116,6 +126,7 @@ def inspector_mounts(environ: Mapping[str, str]) -> dict[str, Any]:
             store=options["store"],
             auth=authenticate,  # the service's own token check: one token list
             ltm=options["ltm"],
+            mem0=options["mem0"],
             workdir=options["workdir"],
             audit=options["audit"],
             store_prefix=options["prefix"] or "mnemoscope",
