@@ -1,9 +1,10 @@
 """A web page that shows what an agent knows and what it was shown (``mnemoscope inspect``).
 
 Sessions with their marks, tool calls paired with their results and summaries linked to
-what they cover; the model calls of a reply, part by part; the native long-term store and
-the agentic Markdown memory, editable, every edit recorded in an audit log. Server-rendered
-HTML with a few lines of JavaScript: no build step, nothing fetched from the network.
+what they cover; the model calls of a reply, part by part; the long-term store (native or
+mem0) and the agentic Markdown memory, editable, every edit recorded in an audit log.
+Server-rendered HTML with a few lines of JavaScript: no build step, nothing fetched from the
+network.
 
 Example::
 
