@@ -58,6 +58,33 @@ async def _big_session(url: str) -> None:
         await mem.add(msgs)
 
 
+async def _running_reply(url: str, finish: bool = False) -> str:
+    """Session ``live``: a reply whose first call asked for a tool; ``finish`` stores the
+    tool's result and the answer, as the agent does when the reply goes on."""
+    from mnemoscope.memory import AsyncSQLAlchemyMemory
+    from mnemoscope.message import AssistantMsg, ToolResultBlock, ToolUseBlock, UserMsg
+
+    async with AsyncSQLAlchemyMemory(url, user_id="alice", session_id="live") as mem:
+        if not finish:
+            question = UserMsg("alice", "Will it rain in Hangzhou tomorrow?")
+            await mem.add(question)
+            return question.id
+        step = AssistantMsg("agent", [ToolUseBlock(id="f1", name="forecast", input={})])
+        result = UserMsg("tool", [ToolResultBlock(id="f1", name="forecast", output="rain")])
+        await mem.add([step, result])
+        await mem.add(AssistantMsg("agent", "Yes, take an umbrella."))
+        return step.id
+
+
+def _in_thread(coro: Any) -> Any:
+    """Run a coroutine on its own loop (the sync Playwright API owns this thread's)."""
+    out: list[Any] = []
+    worker = threading.Thread(target=lambda: out.append(asyncio.run(coro)))
+    worker.start()
+    worker.join(30)
+    return out[0]
+
+
 @pytest.fixture
 def server(world_sync: Any, tmp_path: Path) -> Iterator[tuple[str, Any]]:
     _need(Path(CHROMIUM).exists(), f"Chromium is missing at {CHROMIUM}: apt-get install chromium")
@@ -66,6 +93,7 @@ def server(world_sync: Any, tmp_path: Path) -> Iterator[tuple[str, Any]]:
     from mnemoscope.inspector import create_inspector_app
 
     asyncio.run(_big_session(world_sync.store_url))
+    world_sync.alice_ids["live"] = asyncio.run(_running_reply(world_sync.store_url))
     app = create_inspector_app(
         store=world_sync.store_url,
         auth=TOKENS,
@@ -142,6 +170,17 @@ def test_browser_sessions_calls_memory_and_isolation(server: tuple[str, Any], br
     assert "You are a helpful weather assistant." in calls.first.inner_text()
     assert "current message" in calls.first.inner_text()
     page.screenshot(path=str(IMG / "inspector-calls.png"), full_page=True)
+
+    # a reply still running: its calls update while it runs, without a reload
+    page.goto(f"{base}/session/calls?sid=live&msg={world.alice_ids['live']}")
+    assert "in progress" in page.inner_text("#calls section.call")
+    page.evaluate("() => { window.notReloaded = true; }")
+    page.screenshot(path=str(IMG / "inspector-live.png"), full_page=True)
+    _in_thread(_running_reply(world.store_url, finish=True))
+    page.wait_for_selector("#calls:not([data-live])")
+    assert page.evaluate("() => window.notReloaded") is True
+    assert page.locator("section.call").count() == 2
+    assert "in progress" not in page.inner_text("#calls")
 
     # search a memory, edit it, see the edit in its history
     page.click("header >> text=Long-term memory")

@@ -324,15 +324,19 @@ def _call_html(root: str, sid: str, call: ModelCallView) -> str:
     )
     usage = f"<p class=muted>provider usage: {e(call.usage)}</p>" if call.usage else ""
     missing = "".join(f"<li>{e(m)}</li>" for m in call.missing)
-    produced = (
-        f'<a href="{e(url(root, "/session/message", sid=sid, msg=call.response_id))}">'
-        f"{e(call.response_id)}</a>"
-        if call.response_id
-        else "nothing stored"
-    )
+    if call.response_id:
+        produced = (
+            f'<a href="{e(url(root, "/session/message", sid=sid, msg=call.response_id))}">'
+            f"{e(call.response_id)}</a>"
+        )
+    elif call.in_progress:
+        produced = "nothing stored yet: the call or its tools are running (or the reply stopped)"
+    else:
+        produced = "nothing stored"
+    running = " <span class='badge hint'>in progress</span>" if call.in_progress else ""
     return (
         f'<section class="call" data-call="{call.index}"><h2>Call {call.index} '
-        f"<span class=badge>{e(call.source)}</span></h2>"
+        f"<span class=badge>{e(call.source)}</span>{running}</h2>"
         f"<p>produced {produced} · about {total} input tokens</p>"
         f'<table class="parts"><tr><th>part</th><th>tokens</th><th>messages</th><th>what</th>'
         f"</tr>{rows}</table>{extra}{usage}"
@@ -350,11 +354,21 @@ async def session_calls(insp: Inspector, request: Request, who: Signed) -> Respo
     entries = await reader.all_entries(who.user, sid)
     calls = await insp.calls.calls(who.user, sid, mid, entries)
     back = url(who.root, "/session/message", sid=sid, msg=mid)
+    # a reply still running: the page's script re-reads #calls every second (see _html.JS)
+    live = bool(calls) and calls[-1].in_progress
+    status = (
+        '<p class="live notice">Live: this reply has not stored its answer yet; the calls '
+        "below update every second while it runs.</p>"
+        if live
+        else ""
+    )
+    opening = '<div id="calls" data-live="1">' if live else '<div id="calls">'
     body = (
-        f"<h1>Model calls of a reply</h1><p>Session {e(sid)} · reply to "
-        f'<a href="{e(back)}">{e(mid)}</a> · {len(calls)} model calls</p>'
+        f"<h1>Model calls of a reply</h1>{opening}<p>Session {e(sid)} · reply to "
+        f'<a href="{e(back)}">{e(mid)}</a> · {len(calls)} model calls</p>{status}'
         + "".join(_call_html(who.root, sid, c) for c in calls)
         + ("" if calls else "<p class=muted>No model call is stored for this message.</p>")
+        + "</div>"
     )
     return insp.page(who, "Model calls", body, "sessions")
 

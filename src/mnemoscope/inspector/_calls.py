@@ -25,7 +25,7 @@ from typing import Literal
 
 from mnemoscope.context import ContextBuilder
 from mnemoscope.inspector._sessions import StoredEntry
-from mnemoscope.message import HintBlock, Msg, ToolResultBlock
+from mnemoscope.message import HintBlock, Msg, ToolResultBlock, ToolUseBlock
 
 HINT_MARK = "hint"
 SUMMARY_MARK = "summary"
@@ -64,6 +64,10 @@ class ModelCallView:
     """What this view cannot show, and why."""
     usage: dict[str, object] | None = None
     """The provider's token usage for the call, when it was stored with the response."""
+    in_progress: bool = False
+    """The reply has not stored this call's response yet: the call (or the tools it asked
+    for) is running now, or the reply stopped before its answer. Only the last call of the
+    session's last reply can be in progress; the page then updates itself (live)."""
 
     @property
     def tokens(self) -> int | None:
@@ -140,37 +144,43 @@ class ReconstructedCallSource(ModelCallSourceBase):
         counting = ContextBuilder(None)
         out: list[ModelCallView] = []
         transcript: list[Msg] = []
+
+        def call(response: Msg | None) -> ModelCallView:
+            """The call that produced ``response`` (``None``: the one now running)."""
+            built = builder.build(
+                system_prompt=prompt or "", history=history, current=current, transcript=transcript
+            )
+            return self._view(
+                len(out) + 1,
+                response,
+                built.messages,
+                built.dropped,
+                len(transcript),
+                prompt,
+                hint_ids,
+                counting,
+            )
+
+        answered = False
         for e in entries[start + 1 :]:
             if is_reply_start(e):
-                break
+                return out  # a later reply started: this one ended, answered or not
             if e.msg is None:
                 continue
             if e.msg.role == "assistant":
-                built = builder.build(
-                    system_prompt=prompt or "",
-                    history=history,
-                    current=current,
-                    transcript=transcript,
-                )
-                out.append(
-                    self._view(
-                        len(out) + 1,
-                        e.msg,
-                        built.messages,
-                        built.dropped,
-                        len(transcript),
-                        prompt,
-                        hint_ids,
-                        counting,
-                    )
-                )
+                out.append(call(e.msg))
+                answered = not e.msg.has_content_blocks(ToolUseBlock)
+            elif HINT_MARK not in e.marks:
+                answered = False  # tool results: the model is asked again
             transcript.append(e.msg)
+        if not answered:
+            out.append(call(None))
         return out
 
     def _view(
         self,
         index: int,
-        response: Msg,
+        response: Msg | None,
         messages: list[Msg],
         dropped: list[Msg],
         n_transcript: int,
@@ -224,17 +234,18 @@ class ReconstructedCallSource(ModelCallSourceBase):
             missing.insert(0, "the system prompt (pass system_prompt= to the inspector)")
         if self.max_tokens is None:
             missing.append("what the token budget dropped (pass max_tokens= to the inspector)")
-        usage = response.metadata.get("usage")
+        usage = response.metadata.get("usage") if response is not None else None
         # what the summaries in this input stand for (their metadata lists the ids)
         compacted = [c for m in kept for c in summary_covers(m)]
         return ModelCallView(
             index,
-            response.id,
+            response.id if response is not None else None,
             parts,
             dropped_ids=[m.id for m in dropped],
             compacted_ids=list(dict.fromkeys(compacted)),
             missing=missing,
             usage=usage if isinstance(usage, dict) else None,
+            in_progress=response is None,
         )
 
 
