@@ -168,6 +168,13 @@ def test_a_mount_prefix_that_is_malformed_or_taken_is_refused(prefix: str) -> No
         (["--inspector-store", "redis://x"], "given without --inspector"),
         (["--inspector"], "needs something to show"),
         (["--inspector", "--inspector-store", "mongodb://x"], "mongodb"),
+        (
+            [
+                *("--store", "redis://127.0.0.1:1/0", "--workers", "2", "--inspector"),
+                *("--inspector-mem0", "qdrant", "--inspector-embedding", "hash"),
+            ],
+            "needs --workers 1",
+        ),
     ],
 )
 def test_serve_inspector_argument_errors(

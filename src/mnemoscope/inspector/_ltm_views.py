@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from mnemoscope._redact import redact_text
 from mnemoscope.errors import MemoryStoreError, UserError
-from mnemoscope.memory import HistoryEntry, LocalLongTermMemory, MemoryItem
+from mnemoscope.memory import HistoryEntry, LocalLongTermMemory, Mem0LongTermMemory, MemoryItem
 
 _MEM0_EVENTS: dict[str, Literal["add", "update", "delete"]] = {
     "ADD": "add",
@@ -151,7 +151,7 @@ class Mem0LongTermView(LongTermViewBase):
     kind = "mem0"
     order = "in mem0's order"
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Mem0LongTermMemory) -> None:
         if store.hosted:
             raise UserError(
                 "the inspector shows a mem0 open-source store (mem0.AsyncMemory, e.g. a local "
@@ -229,7 +229,7 @@ def long_term_view(store: Any) -> LongTermViewBase:
     """The view of a ``LocalLongTermMemory`` or a ``Mem0LongTermMemory``."""
     if isinstance(store, LocalLongTermMemory):
         return NativeLongTermView(store)
-    if type(store).__name__ == "Mem0LongTermMemory":  # not imported: mem0 is an extra
+    if isinstance(store, Mem0LongTermMemory):  # the class imports without the mem0 extra
         return Mem0LongTermView(store)
     raise UserError(
         f"the long-term store must be a LocalLongTermMemory (ltm=) or a Mem0LongTermMemory "
@@ -254,7 +254,6 @@ def open_mem0(path: str | os.PathLike[str], embedding_model: Any) -> Any:
             f"no mem0 store at {where!r}: give the local Qdrant directory (path=) of the "
             "agent's Mem0LongTermMemory"
         )
-    from mnemoscope.memory import Mem0LongTermMemory
     from mnemoscope.testing import ScriptedChatModel
 
     # mem0 asks its chat model only to extract facts from new messages, and the inspector
