@@ -1,7 +1,7 @@
 """The model calls of one reply: what each call received, part by part, with tokens.
 
-The agent does not record the composition of each model call yet (no context event in
-:mod:`mnemoscope.events`), so the default source,
+A budgeted agent reports each call's composition as a ``ContextEvent``, but only in its
+event stream (the service's reply log), not with the session; so the default source,
 :class:`ReconstructedCallSource`, rebuilds it from the stored session with the same
 :class:`~mnemoscope.context.ContextBuilder` the agent uses: history before the reply (hints
 excluded, as the agent loads it), the message that started the reply, and the reply's
@@ -10,8 +10,8 @@ rebuilt, and each view says so in :attr:`ModelCallView.missing`: the system prom
 given), the long-term memories injected for the reply, and which messages were compacted,
 offloaded or recalled.
 
-Extension point: a source that has the real records (e.g. from a future per-call context
-event kept in the service's event log) subclasses :class:`ModelCallSourceBase` and returns
+Extension point: a source that has the real records (e.g. the ``ContextEvent``s kept in
+the service's event log) subclasses :class:`ModelCallSourceBase` and returns
 views with ``source="recorded"``; pass it as ``calls=`` to
 :func:`~mnemoscope.inspector.create_inspector_app`.
 """
@@ -227,8 +227,8 @@ class ReconstructedCallSource(ModelCallSourceBase):
                 )
         missing = [
             "injected long-term memories of the reply (not stored with the session)",
-            "compacted, offloaded and recalled messages (the agent records no per-call "
-            "context event yet)",
+            "compacted, offloaded and recalled messages (the agent's context events are not "
+            "stored with the session)",
         ]
         if not prompt:
             missing.insert(0, "the system prompt (pass system_prompt= to the inspector)")
