@@ -157,7 +157,7 @@ def test_a_mount_prefix_that_is_malformed_or_taken_is_refused(prefix: str) -> No
         create_app(
             svc_factory.make_agent,
             auth=TOKENS,
-            mounts={prefix: lambda _auth: built.append(prefix)},
+            mounts={prefix: lambda _mount: built.append(prefix)},
         )
     assert built == []  # refused before anything was built
 

@@ -118,13 +118,13 @@ def inspector_mounts(environ: Mapping[str, str]) -> dict[str, Any]:
         return {}
     options = {k: environ.get(INSPECTOR_ENV + k.upper()) or None for k in _INSPECTOR_OPTIONS}
 
-    def build(authenticate: Any) -> Any:
+    def build(mount: Any) -> Any:
         from mnemoscope.cli._inspect import embedder_named
         from mnemoscope.inspector import create_inspector_app
 
         return create_inspector_app(
             store=options["store"],
-            auth=authenticate,  # the service's own token check: one token list
+            auth=mount.authenticate,  # the service's own token check: one token list
             ltm=options["ltm"],
             mem0=options["mem0"],
             workdir=options["workdir"],
@@ -147,11 +147,13 @@ def app_from_env() -> Any:
 def _check_inspector(settings: Mapping[str, str]) -> None:
     """Build the inspector once, and close it, so a bad option is one line here."""
 
+    from mnemoscope.service import InMemoryServiceStore, ServiceMount
+
     async def refuse(_token: str) -> None:
         return None
 
     for build in inspector_mounts(settings).values():
-        app = build(refuse)
+        app = build(ServiceMount(refuse, InMemoryServiceStore()))
         asyncio.run(app.state.inspector.aclose())
 
 

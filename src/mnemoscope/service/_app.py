@@ -35,7 +35,7 @@ at ``/inspector`` this way, without the service importing it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -45,6 +45,7 @@ from mnemoscope.errors import ServiceStoreError, UserError
 from mnemoscope.memory import StoredMsg
 from mnemoscope.service._auth import make_authenticator
 from mnemoscope.service._events import SSE_KEEPALIVE, ServiceEvent, sse_frame
+from mnemoscope.service._mount import MountFactory, ServiceMount
 from mnemoscope.service._service import (
     BUSY_POLICIES,
     AgentFactory,
@@ -155,12 +156,6 @@ async def _current_user(
     return str(user)
 
 
-Authenticate = Callable[[str], Awaitable[str | None]]
-"""The service's ``bearer token -> user id | None`` (async), as ``mounts=`` factories get it."""
-
-MountFactory = Callable[[Authenticate], Any]
-"""``authenticate -> ASGI app``: builds an app the service serves under a path prefix."""
-
 RESERVED_PREFIXES = ("/v1", "/healthz", "/readyz", "/docs", "/redoc", "/openapi.json")
 """Paths of the service's own routes, which a mounted app may not take."""
 
@@ -202,10 +197,11 @@ def create_app(
         queue_timeout: most seconds ``enqueue``/``interrupt`` wait for a busy session.
         shutdown_deadline: on shutdown, running replies may finish for this long; the
             rest are cancelled (their logs end with ``reply_cancelled``).
-        mounts: ``{"/prefix": factory}``: each factory receives the service's
-            authenticator (the one the API routes use) and returns an ASGI app served under
-            ``/prefix`` by this app. A Starlette app's lifespan runs inside the service's,
-            so what it opened is closed when the service stops.
+        mounts: ``{"/prefix": factory}``: each factory receives a
+            :class:`~mnemoscope.service.ServiceMount` (the authenticator the API routes use,
+            the service's store) and returns an ASGI app served under ``/prefix`` by this
+            app. A Starlette app's lifespan runs inside the service's, so what it opened is
+            closed when the service stops.
 
     Raises:
         UserError: a bad factory spec, store URL, ``auth``, policy or mount prefix.
@@ -224,7 +220,8 @@ def create_app(
         raise UserError(f"store must be a URL or a ServiceStoreBase, got {type(store).__name__}")
     for prefix in mounts or {}:
         _check_prefix(prefix)  # every prefix checked before any mounted app is built
-    mounted = {prefix: build(authenticate) for prefix, build in (mounts or {}).items()}
+    parts = ServiceMount(authenticate, the_store)
+    mounted = {prefix: build(parts) for prefix, build in (mounts or {}).items()}
     service = AgentService(
         factory,
         the_store,
