@@ -8,6 +8,7 @@ its user, and of nobody else.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,13 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the 'service' extra is not installed")
 
+from mnemoscope.agent import Agent
 from mnemoscope.cli import main
 from mnemoscope.cli._serve import INSPECTOR_ENV, inspector_mounts
 from mnemoscope.errors import UserError
 from mnemoscope.service import create_app
+from mnemoscope.testing import ScriptedChatModel
+from mnemoscope.tool import Toolkit
 
 from .conftest import ALICE, BOB, TOKENS, parse_sse, svc_factory
 
@@ -38,6 +42,18 @@ async def _drop_keys(redis_url: str, prefix: str) -> None:
         await client.aclose()
 
 
+async def budgeted_agent(user_id: str, session_id: str) -> Agent:
+    """``svc_factory``'s agent with a context budget: it reports a ContextEvent per call."""
+    return Agent(
+        name="assistant",
+        system_prompt="You are a test agent.",
+        model=ScriptedChatModel(default=svc_factory.respond, stream=True),
+        toolkit=Toolkit([svc_factory.wait]),
+        memory=svc_factory.memory_for(user_id, session_id),
+        max_context_tokens=4000,
+    )
+
+
 @pytest.fixture
 async def served(
     redis_url: str, unique_id: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -53,7 +69,7 @@ async def served(
         INSPECTOR_ENV + "AUDIT": str(tmp_path / "audit.db"),
     }
     app = create_app(
-        svc_factory.make_agent,
+        budgeted_agent,
         auth=TOKENS,
         poll_interval=0.05,
         lock_ttl=2.0,
@@ -136,6 +152,61 @@ async def test_the_services_own_routes_still_work(
     assert (await client.get("/v1/sessions")).status_code == 401
     assert "/v1/sessions" in (await client.get("/openapi.json")).json()["paths"]
     assert inspector.state.inspector.owned  # open while the service runs
+
+
+async def _first_message_id(client: httpx.AsyncClient, sid: str) -> str:
+    for _ in range(200):
+        history = await client.get(f"/v1/sessions/{sid}/history", headers=ALICE)
+        if history.status_code == 200 and history.json()["messages"]:
+            return str(history.json()["messages"][0]["msg"]["id"])
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"the reply of {sid} stored no message")
+
+
+async def test_model_calls_show_what_the_agent_recorded_in_the_reply_log(
+    served: tuple[httpx.AsyncClient, Any], unique_id: str
+) -> None:
+    client, _ = served
+    sid = f"a{unique_id}"
+    await _talk(client, ALICE, sid, "tool:0.01")  # a tool call, then the answer: two calls
+    mid = await _first_message_id(client, sid)
+    page = await client.get(
+        "/inspector/session/calls", params={"sid": sid, "msg": mid}, headers=ALICE
+    )
+    assert page.status_code == 200 and page.text.count('<section class="call"') == 2
+    assert page.text.count("<span class=badge>recorded</span>") == 2
+    assert "tokens as the agent counted them: system" in page.text
+    assert "compacted, offloaded and recalled" not in page.text  # the event says it
+    theirs = await client.get(
+        "/inspector/session/calls", params={"sid": sid, "msg": mid}, headers=BOB
+    )
+    assert theirs.status_code == 404
+
+
+async def test_a_running_reply_is_live_and_recorded_under_inspector(
+    served: tuple[httpx.AsyncClient, Any], unique_id: str
+) -> None:
+    client, _ = served
+    sid = f"a{unique_id}"
+    assert (
+        await client.post("/v1/sessions", json={"session_id": sid}, headers=ALICE)
+    ).status_code == 201
+    reply = asyncio.create_task(
+        client.post(f"/v1/sessions/{sid}/messages", json={"content": "slow:1 hi"}, headers=ALICE)
+    )
+    mid = await _first_message_id(client, sid)
+    url = f"/inspector/session/calls?sid={sid}&msg={mid}"
+    for _ in range(100):  # the context event is written right before the model call
+        running = (await client.get(url, headers=ALICE)).text
+        if "recorded" in running:
+            break
+        await asyncio.sleep(0.02)
+    assert 'data-live="1"' in running and "in progress" in running
+    assert "<span class=badge>recorded</span>" in running
+    assert parse_sse((await reply).text)[-1]["event"] == "reply_end"
+    done = (await client.get(url, headers=ALICE)).text
+    assert "data-live" not in done and "in progress" not in done
+    assert done.count("<span class=badge>recorded</span>") == 1  # one call, now answered
 
 
 async def test_the_inspector_is_closed_with_the_service(redis_url: str, tmp_path: Path) -> None:

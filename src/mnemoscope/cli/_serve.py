@@ -120,11 +120,12 @@ def inspector_mounts(environ: Mapping[str, str]) -> dict[str, Any]:
 
     def build(mount: Any) -> Any:
         from mnemoscope.cli._inspect import embedder_named
-        from mnemoscope.inspector import create_inspector_app
+        from mnemoscope.inspector import ServiceEventCallSource, create_inspector_app
 
         return create_inspector_app(
             store=options["store"],
             auth=mount.authenticate,  # the service's own token check: one token list
+            calls=ServiceEventCallSource(mount.store),  # what the agent recorded per call
             ltm=options["ltm"],
             mem0=options["mem0"],
             workdir=options["workdir"],

@@ -40,10 +40,16 @@ from mnemoscope.inspector._sessions import (
 
 if TYPE_CHECKING:
     from mnemoscope.inspector._app import create_inspector_app
+    from mnemoscope.inspector._service_calls import ServiceEventCallSource
 
 
-# needs the 'inspector' extra (Starlette)
-__getattr__, __dir__ = lazy_exports(__name__, {"create_inspector_app": "mnemoscope.inspector._app"})
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "create_inspector_app": "mnemoscope.inspector._app",  # the 'inspector' extra
+        "ServiceEventCallSource": "mnemoscope.inspector._service_calls",  # imports the service
+    },
+)
 
 
 __all__ = [
@@ -56,6 +62,7 @@ __all__ = [
     "ReconstructedCallSource",
     "RedisSessionReader",
     "SQLSessionReader",
+    "ServiceEventCallSource",
     "SessionReaderBase",
     "SessionSummary",
     "StoredEntry",

@@ -323,6 +323,10 @@ def _call_html(root: str, sid: str, call: ModelCallView) -> str:
         if v
     )
     usage = f"<p class=muted>provider usage: {e(call.usage)}</p>" if call.usage else ""
+    if call.recorded_tokens:
+        counted = ", ".join(f"{e(k)} {v:,}" for k, v in call.recorded_tokens.items() if v)
+        usage += f'<p class="recorded">tokens as the agent counted them: {counted}</p>'
+
     missing = "".join(f"<li>{e(m)}</li>" for m in call.missing)
     if call.response_id:
         produced = (

@@ -64,6 +64,12 @@ class ModelCallView:
     """What this view cannot show, and why."""
     usage: dict[str, object] | None = None
     """The provider's token usage for the call, when it was stored with the response."""
+    recorded_tokens: dict[str, int] = field(default_factory=dict)
+    """Tokens per part as the agent counted them for this call (its ``ContextEvent``:
+    ``system``, ``summary``, ``pinned``, ``history``, ``recalled``, ``injected``,
+    ``current``, ``transcript``, ``notice``); empty for a reconstructed call."""
+    recorded_total: int | None = None
+    """The whole input's tokens as the agent counted them (``None``: not recorded)."""
     in_progress: bool = False
     """The reply has not stored this call's response yet: the call (or the tools it asked
     for) is running now, or the reply stopped before its answer. Only the last call of the
@@ -71,6 +77,8 @@ class ModelCallView:
 
     @property
     def tokens(self) -> int | None:
+        if self.recorded_total is not None:
+            return self.recorded_total
         counts = [p.tokens for p in self.parts]
         return None if any(c is None for c in counts) else sum(c or 0 for c in counts)
 
