@@ -237,3 +237,66 @@ def test_browser_sessions_calls_memory_and_isolation(server: tuple[str, Any], br
     bob.goto(f"{base}/sessions")
     assert "b1" in bob.inner_text("main") and "big" not in bob.inner_text("main")
     other.close()
+
+
+@pytest.fixture
+def mem0_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """The inspector over a real mem0 store (local Qdrant, hash embedder, no LLM)."""
+    _need(Path(CHROMIUM).exists(), f"Chromium is missing at {CHROMIUM}: apt-get install chromium")
+    pytest.importorskip("playwright", reason="playwright is not installed: pip install playwright")
+    uvicorn = pytest.importorskip("uvicorn", reason="the 'inspector' extra is not installed")
+    from mnemoscope.memory import Mem0LongTermMemory
+
+    pytest.importorskip("mem0", reason="the 'mem0' extra (mem0ai) is not installed")
+    from mnemoscope.inspector import create_inspector_app
+    from mnemoscope.testing import HashEmbeddingModel, ScriptedChatModel
+
+    store = Mem0LongTermMemory(
+        chat_model=ScriptedChatModel(),
+        embedding_model=HashEmbeddingModel(),
+        path=str(tmp_path / "qdrant"),
+    )
+    recorded = asyncio.run(store.record("Alice prefers green tea.", user_id="alice", infer=False))
+    app = create_inspector_app(auth=TOKENS, mem0=store, audit=str(tmp_path / "audit.db"))
+    port = _free_port()
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not srv.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}", recorded.added[0].id
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=15)
+        store.close_sync()
+
+
+def test_browser_mem0_search_edit_and_history(mem0_server: tuple[str, str], browser: Any) -> None:
+    base, memory_id = mem0_server
+    ctx = browser.new_context(viewport={"width": 1200, "height": 900})
+    ctx.set_default_timeout(15_000)
+    page = ctx.new_page()
+    _sign_in(page, base, "tok-alice")
+    page.click("header >> text=Long-term memory")
+    assert "mem0" in page.inner_text("h1")
+    page.fill("input[name=q]", "green tea")
+    page.click("text=Search")
+    page.click("text=Alice prefers green tea.")
+    page.fill("textarea[name=content]", "Alice prefers oolong now.")
+    page.click("text=Save")
+    history = page.locator("table.history").inner_text()
+    assert "Alice prefers green tea." in history and "Alice prefers oolong now." in history
+    assert "ltm.update" in page.locator("table.audit").inner_text()
+    page.screenshot(path=str(IMG / "inspector-mem0.png"), full_page=True)
+    ctx.close()
+
+    other = browser.new_context()
+    other.set_default_timeout(15_000)
+    bob = other.new_page()
+    _sign_in(bob, base, "tok-bob")
+    resp = bob.goto(f"{base}/memory/item?id={memory_id}")
+    assert resp is not None and resp.status == 404 and "oolong" not in bob.content()
+    other.close()

@@ -295,7 +295,8 @@ def _when(value: Any) -> datetime:
         except ValueError:
             pass
         else:
-            return at if at.tzinfo else at.replace(tzinfo=UTC)
+            # mem0 may write local times with an offset: shown in UTC like the native store
+            return at.astimezone(UTC) if at.tzinfo else at.replace(tzinfo=UTC)
     return datetime.fromtimestamp(0, UTC)  # mem0 wrote no time: shown as 1970
 
 
