@@ -17,7 +17,7 @@ service) stay ``reconstructed``.
 
 A reply is found by the message that started it: the ``reply_start`` event of each of the
 session's replies carries that message, read newest first and remembered per reply (a
-reply's log never changes its first event).
+reply's log never changes its first event); once found, a reply is read directly.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from mnemoscope.inspector._calls import (
     ReconstructedCallSource,
 )
 from mnemoscope.inspector._sessions import StoredEntry
-from mnemoscope.service import ServiceStoreBase
+from mnemoscope.service import ServiceStoreBase, StoredEvent
 
 MAX_REMEMBERED = 10_000
-"""Replies whose starting message is remembered before the memo starts over."""
+"""Entries of each memo (reply -> message, message -> reply) before it starts over."""
 
 _NOT_SHOWN_BY_EVENTS = ("compacted, offloaded and recalled", "what the token budget dropped")
 
@@ -55,6 +55,9 @@ class ServiceEventCallSource(ModelCallSourceBase):
         self.store = store
         self.reconstructed = reconstructed or ReconstructedCallSource()
         self._starts: dict[tuple[str, str, str], str | None] = {}
+        """(user, session, reply id) -> the id of the message that started the reply."""
+        self._replies: dict[tuple[str, str, str], str] = {}
+        """(user, session, message id) -> the reply it started."""
 
     async def calls(
         self, user_id: str, session_id: str, reply_start: str, entries: Sequence[StoredEntry]
@@ -73,6 +76,12 @@ class ServiceEventCallSource(ModelCallSourceBase):
         self, user_id: str, session_id: str, reply_start: str
     ) -> dict[int, ContextEvent]:
         """The reply's context events by iteration (empty: no such reply in the log)."""
+        found = self._replies.get((user_id, session_id, reply_start))
+        if found is not None:  # one read, not a scan of the session's replies
+            log = await self.store.read_events(user_id, session_id, found, 0, 0)
+            if log:
+                return _by_iteration(log)
+            del self._replies[(user_id, session_id, reply_start)]  # the session was deleted
         for info in reversed(await self.store.list_replies(user_id, session_id)):
             key = (user_id, session_id, info.reply_id)
             known = key in self._starts
@@ -86,11 +95,16 @@ class ServiceEventCallSource(ModelCallSourceBase):
                     self._starts.clear()
                 self._starts[key] = _started_by(log[0].type, log[0].data)
             if self._starts[key] == reply_start:
-                found = (
-                    ContextEvent.model_validate_json(e.data) for e in log if e.type == "context"
-                )
-                return {e.iteration: e for e in found}
+                if len(self._replies) >= MAX_REMEMBERED:
+                    self._replies.clear()
+                self._replies[(user_id, session_id, reply_start)] = info.reply_id
+                return _by_iteration(log)
         return {}
+
+
+def _by_iteration(log: Sequence[StoredEvent]) -> dict[int, ContextEvent]:
+    events = (ContextEvent.model_validate_json(e.data) for e in log if e.type == "context")
+    return {e.iteration: e for e in events}
 
 
 def _started_by(event_type: str, data: str) -> str | None:
