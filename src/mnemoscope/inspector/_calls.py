@@ -10,10 +10,11 @@ rebuilt, and each view says so in :attr:`ModelCallView.missing`: the system prom
 given), the long-term memories injected for the reply, and which messages were compacted,
 offloaded or recalled.
 
-Extension point: a source that has the real records (e.g. the ``ContextEvent``s kept in
-the service's event log) subclasses :class:`ModelCallSourceBase` and returns
-views with ``source="recorded"``; pass it as ``calls=`` to
-:func:`~mnemoscope.inspector.create_inspector_app`.
+Extension point: a source that has the real records subclasses
+:class:`ModelCallSourceBase` and returns views with ``source="recorded"``; pass it as
+``calls=`` to :func:`~mnemoscope.inspector.create_inspector_app`.
+:class:`~mnemoscope.inspector.ServiceEventCallSource` is one: it reads the
+``ContextEvent`` records kept in the service's reply logs.
 """
 
 from __future__ import annotations
