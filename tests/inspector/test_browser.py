@@ -58,6 +58,33 @@ async def _big_session(url: str) -> None:
         await mem.add(msgs)
 
 
+async def _running_reply(url: str, finish: bool = False) -> str:
+    """Session ``live``: a reply whose first call asked for a tool; ``finish`` stores the
+    tool's result and the answer, as the agent does when the reply goes on."""
+    from mnemoscope.memory import AsyncSQLAlchemyMemory
+    from mnemoscope.message import AssistantMsg, ToolResultBlock, ToolUseBlock, UserMsg
+
+    async with AsyncSQLAlchemyMemory(url, user_id="alice", session_id="live") as mem:
+        if not finish:
+            question = UserMsg("alice", "Will it rain in Hangzhou tomorrow?")
+            await mem.add(question)
+            return question.id
+        step = AssistantMsg("agent", [ToolUseBlock(id="f1", name="forecast", input={})])
+        result = UserMsg("tool", [ToolResultBlock(id="f1", name="forecast", output="rain")])
+        await mem.add([step, result])
+        await mem.add(AssistantMsg("agent", "Yes, take an umbrella."))
+        return step.id
+
+
+def _in_thread(coro: Any) -> Any:
+    """Run a coroutine on its own loop (the sync Playwright API owns this thread's)."""
+    out: list[Any] = []
+    worker = threading.Thread(target=lambda: out.append(asyncio.run(coro)))
+    worker.start()
+    worker.join(30)
+    return out[0]
+
+
 @pytest.fixture
 def server(world_sync: Any, tmp_path: Path) -> Iterator[tuple[str, Any]]:
     _need(Path(CHROMIUM).exists(), f"Chromium is missing at {CHROMIUM}: apt-get install chromium")
@@ -66,6 +93,7 @@ def server(world_sync: Any, tmp_path: Path) -> Iterator[tuple[str, Any]]:
     from mnemoscope.inspector import create_inspector_app
 
     asyncio.run(_big_session(world_sync.store_url))
+    world_sync.alice_ids["live"] = asyncio.run(_running_reply(world_sync.store_url))
     app = create_inspector_app(
         store=world_sync.store_url,
         auth=TOKENS,
@@ -143,6 +171,17 @@ def test_browser_sessions_calls_memory_and_isolation(server: tuple[str, Any], br
     assert "current message" in calls.first.inner_text()
     page.screenshot(path=str(IMG / "inspector-calls.png"), full_page=True)
 
+    # a reply still running: its calls update while it runs, without a reload
+    page.goto(f"{base}/session/calls?sid=live&msg={world.alice_ids['live']}")
+    assert "in progress" in page.inner_text("#calls section.call")
+    page.evaluate("() => { window.notReloaded = true; }")
+    page.screenshot(path=str(IMG / "inspector-live.png"), full_page=True)
+    _in_thread(_running_reply(world.store_url, finish=True))
+    page.wait_for_selector("#calls:not([data-live])")
+    assert page.evaluate("() => window.notReloaded") is True
+    assert page.locator("section.call").count() == 2
+    assert "in progress" not in page.inner_text("#calls")
+
     # search a memory, edit it, see the edit in its history
     page.click("header >> text=Long-term memory")
     page.fill("input[name=q]", "tea")
@@ -197,4 +236,67 @@ def test_browser_sessions_calls_memory_and_isolation(server: tuple[str, Any], br
         assert "Hangzhou" not in bob.inner_text("main") and "jasmine" not in bob.content()
     bob.goto(f"{base}/sessions")
     assert "b1" in bob.inner_text("main") and "big" not in bob.inner_text("main")
+    other.close()
+
+
+@pytest.fixture
+def mem0_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """The inspector over a real mem0 store (local Qdrant, hash embedder, no LLM)."""
+    _need(Path(CHROMIUM).exists(), f"Chromium is missing at {CHROMIUM}: apt-get install chromium")
+    pytest.importorskip("playwright", reason="playwright is not installed: pip install playwright")
+    uvicorn = pytest.importorskip("uvicorn", reason="the 'inspector' extra is not installed")
+    from mnemoscope.memory import Mem0LongTermMemory
+
+    pytest.importorskip("mem0", reason="the 'mem0' extra (mem0ai) is not installed")
+    from mnemoscope.inspector import create_inspector_app
+    from mnemoscope.testing import HashEmbeddingModel, ScriptedChatModel
+
+    store = Mem0LongTermMemory(
+        chat_model=ScriptedChatModel(),
+        embedding_model=HashEmbeddingModel(),
+        path=str(tmp_path / "qdrant"),
+    )
+    recorded = asyncio.run(store.record("Alice prefers green tea.", user_id="alice", infer=False))
+    app = create_inspector_app(auth=TOKENS, mem0=store, audit=str(tmp_path / "audit.db"))
+    port = _free_port()
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not srv.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}", recorded.added[0].id
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=15)
+        store.close_sync()
+
+
+def test_browser_mem0_search_edit_and_history(mem0_server: tuple[str, str], browser: Any) -> None:
+    base, memory_id = mem0_server
+    ctx = browser.new_context(viewport={"width": 1200, "height": 900})
+    ctx.set_default_timeout(15_000)
+    page = ctx.new_page()
+    _sign_in(page, base, "tok-alice")
+    page.click("header >> text=Long-term memory")
+    assert "mem0" in page.inner_text("h1")
+    page.fill("input[name=q]", "green tea")
+    page.click("text=Search")
+    page.click("text=Alice prefers green tea.")
+    page.fill("textarea[name=content]", "Alice prefers oolong now.")
+    page.click("text=Save")
+    history = page.locator("table.history").inner_text()
+    assert "Alice prefers green tea." in history and "Alice prefers oolong now." in history
+    assert "ltm.update" in page.locator("table.audit").inner_text()
+    page.screenshot(path=str(IMG / "inspector-mem0.png"), full_page=True)
+    ctx.close()
+
+    other = browser.new_context()
+    other.set_default_timeout(15_000)
+    bob = other.new_page()
+    _sign_in(bob, base, "tok-bob")
+    resp = bob.goto(f"{base}/memory/item?id={memory_id}")
+    assert resp is not None and resp.status == 404 and "oolong" not in bob.content()
     other.close()

@@ -38,7 +38,7 @@ def parse(*argv: str) -> argparse.Namespace:
 
 
 def test_inspect_needs_something_to_show() -> None:
-    with pytest.raises(UserError, match="--store URL, --ltm PATH or --workdir DIR"):
+    with pytest.raises(UserError, match="--store URL, --ltm PATH, --mem0 DIR or --workdir DIR"):
         build_app(parse())
 
 

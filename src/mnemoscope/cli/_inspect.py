@@ -2,7 +2,7 @@
 
 Usage::
 
-    mnemoscope inspect --store sqlite+aiosqlite:///sessions.db [--ltm ltm.db]
+    mnemoscope inspect --store sqlite+aiosqlite:///sessions.db [--ltm ltm.db | --mem0 DIR]
         [--workdir DIR] [--tokens FILE] [--user ID] [--host 127.0.0.1] [--port 8765]
         [--audit audit.db] [--embedding local|hash] [--system-prompt FILE] [--max-tokens N]
 
@@ -43,10 +43,16 @@ def add_inspect_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--prefix", default="mnemoscope", help="the store's key/table prefix")
     p.add_argument("--ltm", default=None, help="a LocalLongTermMemory file")
     p.add_argument(
+        "--mem0",
+        default=None,
+        metavar="DIR",
+        help="instead of --ltm: a Mem0LongTermMemory's local Qdrant directory (needs --embedding)",
+    )
+    p.add_argument(
         "--embedding",
         choices=("local", "hash"),
         default=None,
-        help="the long-term store's embedder (needed to edit a store with vectors)",
+        help="the long-term store's embedder (needed to edit a store with vectors, and by --mem0)",
     )
     p.add_argument(
         "--workdir",
@@ -78,8 +84,10 @@ def build_app(args: argparse.Namespace) -> tuple[Any, str]:
     """The app and the sign-in link for these arguments (no server started)."""
     from mnemoscope.inspector import create_inspector_app
 
-    if not (args.store or args.ltm or args.workdir):
-        raise UserError("give at least one of --store URL, --ltm PATH or --workdir DIR")
+    if not (args.store or args.ltm or args.mem0 or args.workdir):
+        raise UserError("give at least one of --store URL, --ltm PATH, --mem0 DIR or --workdir DIR")
+    if args.ltm and args.mem0:
+        raise UserError("give --ltm PATH or --mem0 DIR, not both: the pages show one store")
     if args.tokens:
         auth: Any = args.tokens
         signin = "/signin"
@@ -93,27 +101,32 @@ def build_app(args: argparse.Namespace) -> tuple[Any, str]:
             prompt = Path(args.system_prompt).read_text(encoding="utf-8")
         except OSError as exc:
             raise UserError(f"--system-prompt {args.system_prompt!r}: {exc.strerror}") from None
-    embedder: Any = None
-    if args.embedding == "hash":
-        from mnemoscope.testing import HashEmbeddingModel
-
-        embedder = HashEmbeddingModel()
-    elif args.embedding == "local":
-        from mnemoscope.embedding import LocalEmbeddingModel
-
-        embedder = LocalEmbeddingModel()
     app = create_inspector_app(
         store=args.store,
         auth=auth,
         ltm=args.ltm,
+        mem0=args.mem0,
         workdir=args.workdir,
         audit=args.audit,
         system_prompt=prompt,
         max_tokens=args.max_tokens,
         store_prefix=args.prefix,
-        embedding_model=embedder,
+        embedding_model=embedder_named(args.embedding),
     )
     return app, signin
+
+
+def embedder_named(name: str | None) -> Any:
+    """The embedder ``--embedding local|hash`` names (``None``: none)."""
+    if name == "hash":
+        from mnemoscope.testing import HashEmbeddingModel
+
+        return HashEmbeddingModel()
+    if name == "local":
+        from mnemoscope.embedding import LocalEmbeddingModel
+
+        return LocalEmbeddingModel()
+    return None
 
 
 def run_inspect(args: argparse.Namespace) -> int:

@@ -1,13 +1,33 @@
-"""``mnemoscope serve module:factory``: the agent service over uvicorn workers."""
+"""``mnemoscope serve module:factory``: the agent service over uvicorn workers.
+
+With ``--inspector`` the same app also serves the inspector under ``/inspector``, signed
+in by the service's own token check (the service offers ``mounts=``; the inspector sits
+above it, so the two are put together here, in the top layer)::
+
+    mnemoscope serve myapp.agents:make_agent --tokens tokens.txt --store redis://... \
+        --inspector --inspector-store redis://... --inspector-workdir '/srv/agents/{user_id}'
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from mnemoscope.errors import UserError
+
+INSPECTOR_PATH = "/inspector"
+"""Where ``--inspector`` mounts the inspector in the service's app."""
+
+INSPECTOR_ENV = "MNEMOSCOPE_SERVICE_INSPECTOR_"
+"""Variables (``ON``, ``STORE``, ``PREFIX``, ``LTM``, ``MEM0``, ``WORKDIR``, ``AUDIT``,
+``EMBEDDING``)
+that carry the ``--inspector-*`` options to each uvicorn worker."""
+
+_INSPECTOR_OPTIONS = ("store", "prefix", "ltm", "mem0", "workdir", "audit", "embedding")
 
 
 def add_serve_parser(sub: Any) -> None:
@@ -39,12 +59,109 @@ def add_serve_parser(sub: Any) -> None:
         help="seconds running replies may take to finish on shutdown (default 10)",
     )
     p.add_argument("--log-level", default="warning")
+    g = p.add_argument_group(
+        "inspector", f"serve the inspector web page under {INSPECTOR_PATH}, same tokens"
+    )
+    g.add_argument("--inspector", action="store_true", help=f"mount it at {INSPECTOR_PATH}")
+    g.add_argument(
+        "--inspector-store",
+        metavar="URL",
+        help="the agents' short-term memory (sqlite+aiosqlite://, postgresql+asyncpg://, redis://)",
+    )
+    g.add_argument("--inspector-prefix", metavar="P", help="its table/key prefix (mnemoscope)")
+    g.add_argument("--inspector-ltm", metavar="PATH", help="a LocalLongTermMemory file")
+    g.add_argument(
+        "--inspector-mem0",
+        metavar="DIR",
+        help="instead of --inspector-ltm: a mem0 local Qdrant directory (one worker only)",
+    )
+    g.add_argument(
+        "--inspector-workdir", metavar="DIR", help="agentic memory workdir with {user_id} in it"
+    )
+    g.add_argument(
+        "--inspector-audit", metavar="FILE", help="audit log (default mnemoscope_audit.db)"
+    )
+    g.add_argument(
+        "--inspector-embedding", choices=("local", "hash"), help="the long-term store's embedder"
+    )
     p.set_defaults(handler=run_serve)
+
+
+def _inspector_settings(args: argparse.Namespace) -> dict[str, str]:
+    """The ``MNEMOSCOPE_SERVICE_INSPECTOR_*`` variables for these arguments."""
+    given = {k: getattr(args, f"inspector_{k}") for k in _INSPECTOR_OPTIONS}
+    given = {k: v for k, v in given.items() if v is not None}
+    if not args.inspector:
+        if given:
+            flags = ", ".join(f"--inspector-{k}" for k in given)
+            raise UserError(f"{flags} given without --inspector: add --inspector to serve it")
+        return {}
+    if not any(k in given for k in ("store", "ltm", "mem0", "workdir")):
+        raise UserError(
+            "--inspector needs something to show: --inspector-store URL, --inspector-ltm "
+            "PATH, --inspector-mem0 DIR or --inspector-workdir DIR"
+        )
+    if "mem0" in given and args.workers > 1:
+        raise UserError(
+            "--inspector-mem0 needs --workers 1: a local Qdrant directory opens in one process only"
+        )
+    for k in ("ltm", "mem0", "workdir", "audit"):  # each worker resolves paths from its own cwd
+        if k in given:
+            given[k] = os.path.abspath(given[k])
+    given.setdefault("audit", os.path.abspath("mnemoscope_audit.db"))
+    return {INSPECTOR_ENV + "ON": "1"} | {INSPECTOR_ENV + k.upper(): v for k, v in given.items()}
+
+
+def inspector_mounts(environ: Mapping[str, str]) -> dict[str, Any]:
+    """``mounts=`` for the service: the inspector at ``/inspector`` if the variables ask."""
+    if environ.get(INSPECTOR_ENV + "ON") != "1":
+        return {}
+    options = {k: environ.get(INSPECTOR_ENV + k.upper()) or None for k in _INSPECTOR_OPTIONS}
+
+    def build(mount: Any) -> Any:
+        from mnemoscope.cli._inspect import embedder_named
+        from mnemoscope.inspector import ServiceEventCallSource, create_inspector_app
+
+        return create_inspector_app(
+            store=options["store"],
+            auth=mount.authenticate,  # the service's own token check: one token list
+            calls=ServiceEventCallSource(mount.store),  # what the agent recorded per call
+            ltm=options["ltm"],
+            mem0=options["mem0"],
+            workdir=options["workdir"],
+            audit=options["audit"],
+            store_prefix=options["prefix"] or "mnemoscope",
+            embedding_model=embedder_named(options["embedding"]),
+            single_user=False,
+        )
+
+    return {INSPECTOR_PATH: build}
+
+
+def app_from_env() -> Any:
+    """What each uvicorn worker runs: the service's app, with the inspector if asked."""
+    from mnemoscope.service import app_from_env as service_app_from_env
+
+    return service_app_from_env(os.environ, mounts=inspector_mounts(os.environ))
+
+
+def _check_inspector(settings: Mapping[str, str]) -> None:
+    """Build the inspector once, and close it, so a bad option is one line here."""
+
+    from mnemoscope.service import InMemoryServiceStore, ServiceMount
+
+    async def refuse(_token: str) -> None:
+        return None
+
+    for build in inspector_mounts(settings).values():
+        app = build(ServiceMount(refuse, InMemoryServiceStore()))
+        asyncio.run(app.state.inspector.aclose())
 
 
 def run_serve(args: argparse.Namespace) -> int:
     from mnemoscope._optional import require
-    from mnemoscope.service import ENV_PREFIX, app_from_env
+    from mnemoscope.service import ENV_PREFIX
+    from mnemoscope.service import app_from_env as service_app_from_env
 
     uvicorn = require("uvicorn", extra="service", feature="mnemoscope serve")
     if args.workers < 1:
@@ -63,13 +180,22 @@ def run_serve(args: argparse.Namespace) -> int:
         ENV_PREFIX + "POLL_INTERVAL": str(args.poll_interval),
         ENV_PREFIX + "QUEUE_TIMEOUT": str(args.queue_timeout),
         ENV_PREFIX + "SHUTDOWN_DEADLINE": str(args.shutdown_deadline),
+        **_inspector_settings(args),
     }
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    app_from_env(settings)  # fail here, with one clear line, rather than in every worker
+    # fail here, with one clear line, rather than in every worker
+    service_app_from_env(settings)
+    _check_inspector(settings)
     os.environ.update(settings)  # what each worker process builds its app from
+    if args.inspector:
+        host = f"[{args.host}]" if ":" in args.host else args.host
+        print(
+            f"mnemoscope serve: the inspector is at http://{host}:{args.port}{INSPECTOR_PATH}/",
+            file=sys.stderr,
+        )
     uvicorn.run(
-        "mnemoscope.service._asgi:app_from_env",
+        "mnemoscope.cli._serve:app_from_env",
         factory=True,
         host=args.host,
         port=args.port,

@@ -1,9 +1,10 @@
 """A web page that shows what an agent knows and what it was shown (``mnemoscope inspect``).
 
 Sessions with their marks, tool calls paired with their results and summaries linked to
-what they cover; the model calls of a reply, part by part; the native long-term store and
-the agentic Markdown memory, editable, every edit recorded in an audit log. Server-rendered
-HTML with a few lines of JavaScript: no build step, nothing fetched from the network.
+what they cover; the model calls of a reply, part by part; the long-term store (native or
+mem0) and the agentic Markdown memory, editable, every edit recorded in an audit log.
+Server-rendered HTML with a few lines of JavaScript: no build step, nothing fetched from the
+network.
 
 Example::
 
@@ -39,10 +40,16 @@ from mnemoscope.inspector._sessions import (
 
 if TYPE_CHECKING:
     from mnemoscope.inspector._app import create_inspector_app
+    from mnemoscope.inspector._service_calls import ServiceEventCallSource
 
 
-# needs the 'inspector' extra (Starlette)
-__getattr__, __dir__ = lazy_exports(__name__, {"create_inspector_app": "mnemoscope.inspector._app"})
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "create_inspector_app": "mnemoscope.inspector._app",  # the 'inspector' extra
+        "ServiceEventCallSource": "mnemoscope.inspector._service_calls",  # imports the service
+    },
+)
 
 
 __all__ = [
@@ -55,6 +62,7 @@ __all__ = [
     "ReconstructedCallSource",
     "RedisSessionReader",
     "SQLSessionReader",
+    "ServiceEventCallSource",
     "SessionReaderBase",
     "SessionSummary",
     "StoredEntry",

@@ -7,6 +7,7 @@ Example::
     app = create_inspector_app(
         store="sqlite+aiosqlite:///sessions.db",   # the agents' short-term memory
         ltm="ltm.db",                             # a LocalLongTermMemory file (optional)
+                                                  # (or mem0=a Mem0LongTermMemory)
         workdir="/srv/agents/{user_id}",          # agentic Markdown memory (optional)
         auth="tokens.txt",                        # or any token -> user_id callable
         audit="audit.db",
@@ -44,6 +45,7 @@ from mnemoscope.inspector._calls import (
     is_reply_start,
 )
 from mnemoscope.inspector._html import csrf_field, e, layout, url
+from mnemoscope.inspector._ltm_views import LongTermViewBase, long_term_view, open_mem0
 from mnemoscope.inspector._render import render_entries
 from mnemoscope.inspector._sessions import SessionReaderBase, session_reader_from_url
 
@@ -82,7 +84,7 @@ class Inspector:
 
     resolve: Callable[[str], Awaitable[str | None]]
     reader: SessionReaderBase | None
-    ltm: Any
+    ltm: LongTermViewBase | None
     workdir_for: WorkdirFor | None
     audit: AuditLog
     calls: ModelCallSourceBase
@@ -321,16 +323,24 @@ def _call_html(root: str, sid: str, call: ModelCallView) -> str:
         if v
     )
     usage = f"<p class=muted>provider usage: {e(call.usage)}</p>" if call.usage else ""
+    if call.recorded_tokens:
+        counted = ", ".join(f"{e(k)} {v:,}" for k, v in call.recorded_tokens.items() if v)
+        usage += f'<p class="recorded">tokens as the agent counted them: {counted}</p>'
+
     missing = "".join(f"<li>{e(m)}</li>" for m in call.missing)
-    produced = (
-        f'<a href="{e(url(root, "/session/message", sid=sid, msg=call.response_id))}">'
-        f"{e(call.response_id)}</a>"
-        if call.response_id
-        else "nothing stored"
-    )
+    if call.response_id:
+        produced = (
+            f'<a href="{e(url(root, "/session/message", sid=sid, msg=call.response_id))}">'
+            f"{e(call.response_id)}</a>"
+        )
+    elif call.in_progress:
+        produced = "nothing stored yet: the call or its tools are running (or the reply stopped)"
+    else:
+        produced = "nothing stored"
+    running = " <span class='badge hint'>in progress</span>" if call.in_progress else ""
     return (
         f'<section class="call" data-call="{call.index}"><h2>Call {call.index} '
-        f"<span class=badge>{e(call.source)}</span></h2>"
+        f"<span class=badge>{e(call.source)}</span>{running}</h2>"
         f"<p>produced {produced} · about {total} input tokens</p>"
         f'<table class="parts"><tr><th>part</th><th>tokens</th><th>messages</th><th>what</th>'
         f"</tr>{rows}</table>{extra}{usage}"
@@ -348,11 +358,21 @@ async def session_calls(insp: Inspector, request: Request, who: Signed) -> Respo
     entries = await reader.all_entries(who.user, sid)
     calls = await insp.calls.calls(who.user, sid, mid, entries)
     back = url(who.root, "/session/message", sid=sid, msg=mid)
+    # a reply still running: the page's script re-reads #calls every second (see _html.JS)
+    live = bool(calls) and calls[-1].in_progress
+    status = (
+        '<p class="live notice">Live: this reply has not stored its answer yet; the calls '
+        "below update every second while it runs.</p>"
+        if live
+        else ""
+    )
+    opening = '<div id="calls" data-live="1">' if live else '<div id="calls">'
     body = (
-        f"<h1>Model calls of a reply</h1><p>Session {e(sid)} · reply to "
-        f'<a href="{e(back)}">{e(mid)}</a> · {len(calls)} model calls</p>'
+        f"<h1>Model calls of a reply</h1>{opening}<p>Session {e(sid)} · reply to "
+        f'<a href="{e(back)}">{e(mid)}</a> · {len(calls)} model calls</p>{status}'
         + "".join(_call_html(who.root, sid, c) for c in calls)
         + ("" if calls else "<p class=muted>No model call is stored for this message.</p>")
+        + "</div>"
     )
     return insp.page(who, "Model calls", body, "sessions")
 
@@ -386,6 +406,7 @@ def create_inspector_app(
     store: str | SessionReaderBase | None = None,
     auth: Any,
     ltm: Any = None,
+    mem0: Any = None,
     workdir: str | os.PathLike[str] | WorkdirFor | None = None,
     audit: str | os.PathLike[str] | AuditLog | None = None,
     calls: ModelCallSourceBase | None = None,
@@ -404,6 +425,9 @@ def create_inspector_app(
         auth: ``token -> user_id | None`` (sync or async), a ``{token: user}`` dict or a
             token file path (lines ``token user``, or JSON).
         ltm: a :class:`~mnemoscope.memory.LocalLongTermMemory` or the path of its file.
+        mem0: instead of ``ltm``, a :class:`~mnemoscope.memory.Mem0LongTermMemory` (over
+            ``mem0.AsyncMemory``) or the local Qdrant directory of one (then
+            ``embedding_model`` is the embedder it was written with).
         workdir: the agentic memory's workdir: a path with ``{user_id}`` in it, a
             ``user_id -> path`` function, or (one user only) a plain path.
         audit: where edits are logged (a SQLite path or an :class:`AuditLog`); ``None``
@@ -418,11 +442,16 @@ def create_inspector_app(
             default: true for a token table with one user.
 
     Raises:
-        UserError: a bad ``auth``, ``store`` URL or ``page_size``, or a plain ``workdir``
-            with several users.
+        UserError: a bad ``auth``, ``store`` URL or ``page_size``, both ``ltm`` and
+            ``mem0``, or a plain ``workdir`` with several users.
     """
     if page_size < 1:
         raise UserError(f"page_size must be >= 1, got {page_size}")
+    if ltm is not None and mem0 is not None:
+        raise UserError(
+            "give ltm= (the native store) or mem0=, not both: the memory pages show one "
+            "long-term store; run a second inspector for the other"
+        )
     if isinstance(auth, dict | str | os.PathLike):
         auth = TokenFileAuth(auth)
     resolver = as_resolver(auth)
@@ -434,18 +463,25 @@ def create_inspector_app(
     )
     if isinstance(store, str):
         owned.append(reader)
+    long_term = None
     if isinstance(ltm, str | os.PathLike):
         from mnemoscope.memory import LocalLongTermMemory
 
         ltm = LocalLongTermMemory(ltm, embedding_model=embedding_model, create=False)
-        owned.append(ltm)
+        long_term = long_term_view(ltm)
+        owned.append(long_term)
+    elif isinstance(mem0, str | os.PathLike):
+        long_term = long_term_view(open_mem0(mem0, embedding_model))
+        owned.append(long_term)
+    elif ltm is not None or mem0 is not None:
+        long_term = long_term_view(ltm if ltm is not None else mem0)
     audit_log = audit if isinstance(audit, AuditLog) else AuditLog(audit or ":memory:")
     if not isinstance(audit, AuditLog):
         owned.append(audit_log)
     insp = Inspector(
         resolve=resolver,
         reader=reader,
-        ltm=ltm,
+        ltm=long_term,
         workdir_for=_workdir_for(workdir, single_user),
         audit=audit_log,
         calls=calls or ReconstructedCallSource(system_prompt=system_prompt, max_tokens=max_tokens),

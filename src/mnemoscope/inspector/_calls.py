@@ -1,7 +1,7 @@
 """The model calls of one reply: what each call received, part by part, with tokens.
 
-The agent does not record the composition of each model call yet (no context event in
-:mod:`mnemoscope.events`), so the default source,
+A budgeted agent reports each call's composition as a ``ContextEvent``, but only in its
+event stream (the service's reply log), not with the session; so the default source,
 :class:`ReconstructedCallSource`, rebuilds it from the stored session with the same
 :class:`~mnemoscope.context.ContextBuilder` the agent uses: history before the reply (hints
 excluded, as the agent loads it), the message that started the reply, and the reply's
@@ -10,10 +10,11 @@ rebuilt, and each view says so in :attr:`ModelCallView.missing`: the system prom
 given), the long-term memories injected for the reply, and which messages were compacted,
 offloaded or recalled.
 
-Extension point: a source that has the real records (e.g. from a future per-call context
-event kept in the service's event log) subclasses :class:`ModelCallSourceBase` and returns
-views with ``source="recorded"``; pass it as ``calls=`` to
-:func:`~mnemoscope.inspector.create_inspector_app`.
+Extension point: a source that has the real records subclasses
+:class:`ModelCallSourceBase` and returns views with ``source="recorded"``; pass it as
+``calls=`` to :func:`~mnemoscope.inspector.create_inspector_app`.
+:class:`~mnemoscope.inspector.ServiceEventCallSource` is one: it reads the
+``ContextEvent`` records kept in the service's reply logs.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Literal
 
 from mnemoscope.context import ContextBuilder
 from mnemoscope.inspector._sessions import StoredEntry
-from mnemoscope.message import HintBlock, Msg, ToolResultBlock
+from mnemoscope.message import HintBlock, Msg, ToolResultBlock, ToolUseBlock
 
 HINT_MARK = "hint"
 SUMMARY_MARK = "summary"
@@ -64,9 +65,21 @@ class ModelCallView:
     """What this view cannot show, and why."""
     usage: dict[str, object] | None = None
     """The provider's token usage for the call, when it was stored with the response."""
+    recorded_tokens: dict[str, int] = field(default_factory=dict)
+    """Tokens per part as the agent counted them for this call (its ``ContextEvent``:
+    ``system``, ``summary``, ``pinned``, ``history``, ``recalled``, ``injected``,
+    ``current``, ``transcript``, ``notice``); empty for a reconstructed call."""
+    recorded_total: int | None = None
+    """The whole input's tokens as the agent counted them (``None``: not recorded)."""
+    in_progress: bool = False
+    """The reply has not stored this call's response yet: the call (or the tools it asked
+    for) is running now, or the reply stopped before its answer. Only the last call of the
+    session's last reply can be in progress; the page then updates itself (live)."""
 
     @property
     def tokens(self) -> int | None:
+        if self.recorded_total is not None:
+            return self.recorded_total
         counts = [p.tokens for p in self.parts]
         return None if any(c is None for c in counts) else sum(c or 0 for c in counts)
 
@@ -140,37 +153,43 @@ class ReconstructedCallSource(ModelCallSourceBase):
         counting = ContextBuilder(None)
         out: list[ModelCallView] = []
         transcript: list[Msg] = []
+
+        def call(response: Msg | None) -> ModelCallView:
+            """The call that produced ``response`` (``None``: the one now running)."""
+            built = builder.build(
+                system_prompt=prompt or "", history=history, current=current, transcript=transcript
+            )
+            return self._view(
+                len(out) + 1,
+                response,
+                built.messages,
+                built.dropped,
+                len(transcript),
+                prompt,
+                hint_ids,
+                counting,
+            )
+
+        answered = False
         for e in entries[start + 1 :]:
             if is_reply_start(e):
-                break
+                return out  # a later reply started: this one ended, answered or not
             if e.msg is None:
                 continue
             if e.msg.role == "assistant":
-                built = builder.build(
-                    system_prompt=prompt or "",
-                    history=history,
-                    current=current,
-                    transcript=transcript,
-                )
-                out.append(
-                    self._view(
-                        len(out) + 1,
-                        e.msg,
-                        built.messages,
-                        built.dropped,
-                        len(transcript),
-                        prompt,
-                        hint_ids,
-                        counting,
-                    )
-                )
+                out.append(call(e.msg))
+                answered = not e.msg.has_content_blocks(ToolUseBlock)
+            elif HINT_MARK not in e.marks:
+                answered = False  # tool results: the model is asked again
             transcript.append(e.msg)
+        if not answered:
+            out.append(call(None))
         return out
 
     def _view(
         self,
         index: int,
-        response: Msg,
+        response: Msg | None,
         messages: list[Msg],
         dropped: list[Msg],
         n_transcript: int,
@@ -217,24 +236,25 @@ class ReconstructedCallSource(ModelCallSourceBase):
                 )
         missing = [
             "injected long-term memories of the reply (not stored with the session)",
-            "compacted, offloaded and recalled messages (the agent records no per-call "
-            "context event yet)",
+            "compacted, offloaded and recalled messages (the agent's context events are not "
+            "stored with the session)",
         ]
         if not prompt:
             missing.insert(0, "the system prompt (pass system_prompt= to the inspector)")
         if self.max_tokens is None:
             missing.append("what the token budget dropped (pass max_tokens= to the inspector)")
-        usage = response.metadata.get("usage")
+        usage = response.metadata.get("usage") if response is not None else None
         # what the summaries in this input stand for (their metadata lists the ids)
         compacted = [c for m in kept for c in summary_covers(m)]
         return ModelCallView(
             index,
-            response.id,
+            response.id if response is not None else None,
             parts,
             dropped_ids=[m.id for m in dropped],
             compacted_ids=list(dict.fromkeys(compacted)),
             missing=missing,
             usage=usage if isinstance(usage, dict) else None,
+            in_progress=response is None,
         )
 
 

@@ -80,6 +80,27 @@ document.addEventListener('keydown', function (ev) {
   if (ev.key === 'ArrowRight') a = document.querySelector('a[rel=next]');
   if (a) window.location = a.href;
 });
+(function () {  // live model calls: re-read #calls while the reply runs, no reload
+  var box = document.getElementById('calls');
+  if (!box || !box.dataset.live) return;
+  var quiet = 0;
+  function poll() {
+    fetch(window.location.href, {credentials: 'same-origin', cache: 'no-store'})
+      .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
+      .then(function (text) {
+        var next = new DOMParser().parseFromString(text, 'text/html').getElementById('calls');
+        if (!next) return;
+        quiet = next.innerHTML === box.innerHTML ? quiet + 1 : 0;
+        box.innerHTML = next.innerHTML;
+        if (!next.dataset.live) { delete box.dataset.live; return; }
+        if (quiet < 300) { setTimeout(poll, 1000); return; }
+        box.insertAdjacentHTML('afterbegin',
+          '<p class="notice">No change for 5 minutes: stopped watching. Reload to look again.</p>');
+      })
+      .catch(function () { setTimeout(poll, 5000); });
+  }
+  setTimeout(poll, 1000);
+})();
 """
 
 

@@ -1,22 +1,22 @@
-"""Long-term memory pages: the native store (search, edit, delete, history), the agentic
-Markdown memory (``MEMORY.md``, memory files, ``doctor`` findings) and the audit log.
+"""Long-term memory pages: the native store or mem0 (search, edit, delete, history), the
+agentic Markdown memory (``MEMORY.md``, memory files, ``doctor`` findings) and the audit log.
 
-Every edit goes through the store's own API (``LocalLongTermMemory.update``/``delete``,
-``MemoryStore.write_text``/``write_index`` with the version read), so the store's checks
-apply: confinement of the memory directory, refusal of links, optimistic concurrency. Each
-one is then recorded in the :class:`~mnemoscope.inspector.AuditLog`.
+Every edit goes through the store's own API (the long-term store's ``update``/``delete``
+through :mod:`~mnemoscope.inspector._ltm_views`, ``MemoryStore.write_text``/``write_index``
+with the version read), so the store's checks apply: confinement of the memory directory,
+refusal of links, optimistic concurrency. Each one is then recorded in the
+:class:`~mnemoscope.inspector.AuditLog`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import posixpath
-import sqlite3
 from typing import TYPE_CHECKING, Any
 
 from mnemoscope.errors import MemoryStoreError, UserError
 from mnemoscope.inspector._app import Inspector, NotFoundError, Signed, form_of
 from mnemoscope.inspector._html import badge, csrf_field, e, url
+from mnemoscope.inspector._ltm_views import LongTermViewBase
 from mnemoscope.memory.markdown import INDEX_FILENAME
 from mnemoscope.workspace import WorkspaceError
 
@@ -27,43 +27,29 @@ if TYPE_CHECKING:
 from starlette.responses import RedirectResponse
 
 
-# ------------------------------------------------------------------ native store
-def _ltm(insp: Inspector) -> Any:
+# ------------------------------------------------------------- long-term store
+def _ltm(insp: Inspector) -> LongTermViewBase:
     if insp.ltm is None:
-        raise NotFoundError("no long-term memory store is configured (start with --ltm PATH)")
+        raise NotFoundError(
+            "no long-term memory store is configured (start with --ltm PATH or --mem0 DIR)"
+        )
     return insp.ltm
-
-
-def _history_owner_sync(path: str, memory_id: str) -> str | None:
-    # the ltm_history table of mnemoscope.memory._ltm_schema, opened read-only
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
-    except sqlite3.Error:
-        return None
-    try:
-        row = conn.execute(
-            "SELECT user_id FROM ltm_history WHERE memory_id = ? LIMIT 1", (memory_id,)
-        ).fetchone()
-    except sqlite3.Error:
-        return None
-    finally:
-        conn.close()
-    return None if row is None else str(row[0])
 
 
 async def _owned_item(insp: Inspector, who: Signed, memory_id: str) -> Any:
     """The user's memory ``memory_id`` (``None`` when it was deleted but was theirs)."""
     ltm = _ltm(insp)
-    item = await ltm.get(memory_id, include_expired=True) if memory_id else None
+    item = await ltm.get(memory_id) if memory_id else None
     if item is not None:
         if item.user_id != who.user:
             raise NotFoundError(f"no memory {memory_id!r}")
         return item
-    path = getattr(ltm, "path", ":memory:")
-    if memory_id and path != ":memory:":
-        owner = await asyncio.to_thread(_history_owner_sync, path, memory_id)
-        if owner == who.user:
-            return None
+    if memory_id and await ltm.deleted_owner(memory_id) == who.user:
+        return None
+    # a store that does not keep owners: the user's own edits through the page prove it
+    edits = await insp.audit.entries(who.user, target=memory_id) if memory_id else []
+    if any(a.action.startswith("ltm.") for a in edits):
+        return None
     raise NotFoundError(f"no memory {memory_id!r}")
 
 
@@ -83,10 +69,11 @@ def _status(item: Any) -> str:
 
 
 async def memory_list(insp: Inspector, request: Request, who: Signed) -> Response:
-    if insp.ltm is None:
+    ltm = insp.ltm
+    if ltm is None:
         body = (
-            "<h1>Long-term memory</h1><p class=notice>No native long-term store configured "
-            "(--ltm PATH).</p>"
+            "<h1>Long-term memory</h1><p class=notice>No long-term store configured "
+            "(--ltm PATH or --mem0 DIR).</p>"
         )
         return insp.page(who, "Long-term memory", body, "memory")
     q = request.query_params.get("q", "").strip()
@@ -97,15 +84,13 @@ async def memory_list(insp: Inspector, request: Request, who: Signed) -> Respons
     size = insp.page_size
     more = False
     if q:
-        items = await insp.ltm.retrieve(q, user_id=who.user, limit=50)
+        items = await ltm.search(q, who.user, limit=50)
         title = f"{len(items)} memories match {q!r}"
     else:
-        items = await insp.ltm.list(
-            user_id=who.user, include_superseded=True, limit=size + 1, offset=(page - 1) * size
-        )
+        items = await ltm.memories(who.user, limit=size + 1, offset=(page - 1) * size)
         more = len(items) > size
         items = items[:size]
-        title = "All memories, oldest first (superseded ones included)"
+        title = f"All memories, {ltm.order} (superseded ones included)"
     rows = "".join(
         f'<tr data-memory="{e(m.id)}"><td><a href="{e(url(who.root, "/memory/item", id=m.id))}">'
         f"{e(m.content)}</a></td><td>{_status(m)}</td>"
@@ -125,7 +110,7 @@ async def memory_list(insp: Inspector, request: Request, who: Signed) -> Respons
             + "</nav>"
         )
     body = (
-        "<h1>Long-term memory</h1>"
+        f"<h1>Long-term memory <span class=badge>{e(ltm.kind)}</span></h1>"
         f'<form method="get" action="{e(url(who.root, "/memory"))}">'
         f'<input type="search" name="q" value="{e(q)}" placeholder="search memories">'
         ' <button type="submit">Search</button></form>'
@@ -187,7 +172,7 @@ def _target_link(root: str, a: Any) -> str:
 async def memory_item(insp: Inspector, request: Request, who: Signed) -> Response:
     memory_id = request.query_params.get("id", "")
     item = await _owned_item(insp, who, memory_id)
-    ltm = insp.ltm
+    ltm = _ltm(insp)
     history = await ltm.history(memory_id)
     audit = await insp.audit.entries(who.user, target=memory_id)
     parts = [f"<h1>Memory {e(memory_id)}</h1>"]
@@ -195,11 +180,7 @@ async def memory_item(insp: Inspector, request: Request, who: Signed) -> Respons
         parts.append('<p class="notice">This memory was deleted; its history remains.</p>')
     else:
         sup = getattr(item, "superseded_by", None)
-        supersedes = [
-            m
-            for m in await ltm.list(user_id=who.user, include_superseded=True, include_expired=True)
-            if getattr(m, "superseded_by", None) == memory_id
-        ]
+        supersedes = await ltm.superseded_by(who.user, memory_id)
         parts.append(
             f'<div class="msg"><div class="meta">{_status(item)}'
             f"<span>created {e(_when(item.created_at))}"
@@ -239,14 +220,8 @@ async def memory_edit(insp: Inspector, request: Request, who: Signed) -> Respons
     item = await _owned_item(insp, who, memory_id)
     if item is None:
         raise NotFoundError(f"memory {memory_id!r} was deleted")
-    ltm = insp.ltm
-    if getattr(ltm, "embedding_model", True) is None and await ltm.stored_embedding():
-        model, dims = await ltm.stored_embedding()
-        raise UserError(
-            f"this store holds vectors of {model!r} ({dims} dimensions) and the inspector has "
-            "no embedding model, so an edited memory would lose its vector: start the "
-            "inspector with that embedder (mnemoscope inspect --embedding ...)"
-        )
+    ltm = _ltm(insp)
+    await ltm.check_editable()
     try:
         updated = await ltm.update(memory_id, form.get("content", ""))
     except KeyError:
@@ -261,7 +236,7 @@ async def memory_delete(insp: Inspector, request: Request, who: Signed) -> Respo
     form = await form_of(request)
     memory_id = form.get("id", "")
     item = await _owned_item(insp, who, memory_id)
-    if item is None or not await insp.ltm.delete(memory_id):
+    if item is None or not await _ltm(insp).delete(memory_id):
         raise NotFoundError(f"no memory {memory_id!r}")
     await insp.audit.record(who.user, "ltm.delete", memory_id, before=item.content)
     return RedirectResponse(url(who.root, "/memory"), status_code=303)

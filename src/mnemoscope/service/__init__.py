@@ -20,6 +20,7 @@ from mnemoscope.service._events import (
     ReplyFailedEvent,
     ServiceEvent,
 )
+from mnemoscope.service._mount import MountFactory, ServiceMount
 from mnemoscope.service._store import (
     InMemoryServiceStore,
     ReplyInfo,
@@ -51,12 +52,14 @@ __all__ = [
     "ENV_PREFIX",
     "TERMINAL_TYPES",
     "InMemoryServiceStore",
+    "MountFactory",
     "PostgresServiceStore",
     "RedisServiceStore",
     "ReplyCancelledEvent",
     "ReplyFailedEvent",
     "ReplyInfo",
     "ServiceEvent",
+    "ServiceMount",
     "ServiceStoreBase",
     "ServiceStoreError",
     "SessionInfo",

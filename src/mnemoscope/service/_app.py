@@ -26,13 +26,17 @@ POST     ``/v1/sessions/{sid}/replies/{rid}/cancel`` stop a running reply (202; 
 GET      ``/v1/sessions/{sid}/history``              stored messages with their marks
 GET      ``/healthz``, ``/readyz``                   liveness; readiness (the store answers)
 =======  ==========================================  ==========================================
+
+Other ASGI apps can be served by the same app under a path prefix (``mounts=``), signed in
+by the service's own authenticator: ``mnemoscope serve --inspector`` mounts the inspector
+at ``/inspector`` this way, without the service importing it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -41,6 +45,7 @@ from mnemoscope.errors import ServiceStoreError, UserError
 from mnemoscope.memory import StoredMsg
 from mnemoscope.service._auth import make_authenticator
 from mnemoscope.service._events import SSE_KEEPALIVE, ServiceEvent, sse_frame
+from mnemoscope.service._mount import MountFactory, ServiceMount
 from mnemoscope.service._service import (
     BUSY_POLICIES,
     AgentFactory,
@@ -151,6 +156,9 @@ async def _current_user(
     return str(user)
 
 
+RESERVED_PREFIXES = ("/v1", "/healthz", "/readyz", "/docs", "/redoc", "/openapi.json")
+"""Paths of the service's own routes, which a mounted app may not take."""
+
 User = Annotated[str, Depends(_current_user)]
 Sid = Annotated[str, PathParam(pattern=ID_PATTERN)]
 Rid = Annotated[str, PathParam(pattern=ID_PATTERN)]
@@ -166,6 +174,7 @@ def create_app(
     poll_interval: float = 1.0,
     queue_timeout: float = 60.0,
     shutdown_deadline: float = 10.0,
+    mounts: Mapping[str, MountFactory] | None = None,
 ) -> FastAPI:
     """An ASGI app serving ``agent_factory``'s agents to many users over ``store``.
 
@@ -188,9 +197,14 @@ def create_app(
         queue_timeout: most seconds ``enqueue``/``interrupt`` wait for a busy session.
         shutdown_deadline: on shutdown, running replies may finish for this long; the
             rest are cancelled (their logs end with ``reply_cancelled``).
+        mounts: ``{"/prefix": factory}``: each factory receives a
+            :class:`~mnemoscope.service.ServiceMount` (the authenticator the API routes use,
+            the service's store) and returns an ASGI app served under ``/prefix`` by this
+            app. A Starlette app's lifespan runs inside the service's, so what it opened is
+            closed when the service stops.
 
     Raises:
-        UserError: a bad factory spec, store URL, ``auth`` or policy.
+        UserError: a bad factory spec, store URL, ``auth``, policy or mount prefix.
     """
     if busy_policy not in BUSY_POLICIES:
         raise UserError(f"busy_policy must be one of {BUSY_POLICIES}, got {busy_policy!r}")
@@ -204,6 +218,10 @@ def create_app(
     the_store = store_from_url(store) if isinstance(store, str) else store
     if not isinstance(the_store, ServiceStoreBase):
         raise UserError(f"store must be a URL or a ServiceStoreBase, got {type(store).__name__}")
+    for prefix in mounts or {}:
+        _check_prefix(prefix)  # every prefix checked before any mounted app is built
+    parts = ServiceMount(authenticate, the_store)
+    mounted = {prefix: build(parts) for prefix, build in (mounts or {}).items()}
     service = AgentService(
         factory,
         the_store,
@@ -218,7 +236,13 @@ def create_app(
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         await the_store.open()
         try:
-            yield
+            async with AsyncExitStack() as stack:
+                for sub in mounted.values():
+                    # a mounted app's own lifespan would never run: run it here
+                    lifespan_of = getattr(getattr(sub, "router", None), "lifespan_context", None)
+                    if lifespan_of is not None:
+                        await stack.enter_async_context(lifespan_of(sub))
+                yield
         finally:
             await service.shutdown()
             await the_store.aclose()
@@ -232,6 +256,8 @@ def create_app(
     )
     app.state.service = service
     app.state.authenticate = authenticate
+    for prefix, sub in mounted.items():
+        app.mount(prefix, sub)
 
     @app.exception_handler(_UnauthorizedError)
     async def _unauthorized(_r: Request, _e: Exception) -> Response:
@@ -417,6 +443,20 @@ def create_app(
 
     _add_event_schema(app)
     return app
+
+
+def _check_prefix(prefix: str) -> None:
+    """A mount prefix is ``/name`` (no trailing slash) and not one of the service's routes."""
+    if not prefix.startswith("/") or prefix.endswith("/") or "//" in prefix:
+        raise UserError(
+            f"mount prefix {prefix!r} must start with '/' and not end with one, e.g. '/inspector'"
+        )
+    for taken in RESERVED_PREFIXES:
+        if prefix == taken or prefix.startswith(taken + "/"):
+            raise UserError(
+                f"mount prefix {prefix!r} would hide the service's own {taken} routes; "
+                "choose another one, e.g. '/inspector'"
+            )
 
 
 def _add_event_schema(app: FastAPI) -> None:

@@ -29,10 +29,12 @@ SETTINGS = {
 }
 
 
-def app_from_env(environ: Mapping[str, str] | None = None) -> Any:
+def app_from_env(
+    environ: Mapping[str, str] | None = None, *, mounts: Mapping[str, Any] | None = None
+) -> Any:
     """Build the app from ``MNEMOSCOPE_SERVICE_FACTORY``, ``_STORE``, ``_TOKENS`` and the
     optional ``_BUSY_POLICY``, ``_LOCK_TTL``, ``_POLL_INTERVAL``, ``_QUEUE_TIMEOUT``,
-    ``_SHUTDOWN_DEADLINE``."""
+    ``_SHUTDOWN_DEADLINE``; ``mounts`` as :func:`~mnemoscope.service.create_app`'s."""
     from mnemoscope.service._app import create_app
 
     env = os.environ if environ is None else environ
@@ -53,4 +55,4 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> Any:
             except ValueError as exc:
                 raise UserError(f"{ENV_PREFIX}{suffix}={raw!r}: {exc}") from exc
     store = env.get(ENV_PREFIX + "STORE", "memory://")
-    return create_app(factory, store=store, auth=tokens, **kwargs)
+    return create_app(factory, store=store, auth=tokens, mounts=mounts, **kwargs)
