@@ -227,9 +227,9 @@ class ContextEngine:
         return f"{len(msgs)} matching turns, oldest first:\n\n" + render_recalled(msgs, max_chars)
 
     # ------------------------------------------------------------ building
-    def build(self, ctx: ReplyContext, iteration: int) -> tuple[BuiltContext, ContextEvent | None]:
-        """The model input of one call, and its :class:`ContextEvent` (``None`` with no
-        budget: nothing was counted or cut)."""
+    def build(self, ctx: ReplyContext, iteration: int) -> tuple[BuiltContext, ContextEvent]:
+        """The model input of one call, and its :class:`ContextEvent` (with a budget or
+        without one: the parts are always counted)."""
         state = ctx.state_for(self)
         summary: Msg | None = state.get("summary")
         shown = render_summary(summary) if summary is not None else None
@@ -264,8 +264,6 @@ class ContextEngine:
         if self._last_prefix is not None and prefix != self._last_prefix:
             self.prefix_changes += 1
         self._last_prefix = prefix
-        if built.tokens < 0:
-            return built, None
         event = ContextEvent(
             reply_id=ctx.reply_id,
             iteration=iteration,
