@@ -175,6 +175,7 @@ class ContextBuilder:
             budget -= self._notice_reserve(opts.notice_how)  # the notice fits the budget too
         keep = set(pinned_groups)
         dropped: list[Msg] = []
+        dropped_tokens = 0
         used = 0
         cut = False
         for i in range(len(groups) - 1, -1, -1):
@@ -184,6 +185,7 @@ class ContextBuilder:
             if cut or used + cost > budget:
                 cut = True
                 dropped.extend(reversed(groups[i]))
+                dropped_tokens += cost
                 continue
             keep.add(i)
             used += cost
@@ -198,7 +200,6 @@ class ContextBuilder:
                 opts, [*opts.recall_pool, *dropped], current
             )
         messages: list[Msg] = list(prefix)
-        dropped_tokens = sum(self.msg_tokens(m) for m in dropped)
         parts["notice"] = 0
         if dropped:
             notice = omission_notice(dropped, dropped_tokens, how=opts.notice_how)

@@ -3,13 +3,20 @@
 The index is built from :meth:`MemoryBase.get`, so it works the same on every backend and
 across processes (what another process stored is found on the next ``get``). Message
 texts never change once stored, so each message is tokenised once (cached by id); a
-query then costs one pass over the candidates' term counts. A database's own full-text
+query then costs one pass over the candidates' term counts.
+
+The ranking is BM25 over stemmed words, with two things a conversation adds: the
+speaker's name is indexed with each turn (a question about "Anna" finds what Anna said,
+though she never says her own name), and a turn shares half of its better neighbour's
+score (the answer to "How was the support group?" rarely repeats those words). A
+hyphenated word also counts joined ("de-stress" matches "destress"). A database's own full-text
 search (FTS5, PostgreSQL ``tsvector``) would need a schema the backends do not share;
 Redis has none without a module, so one portable ranking is used everywhere.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 from collections import Counter
@@ -28,11 +35,21 @@ _STOP_WORDS = (
 _STOP = frozenset(_STOP_WORDS.split(" "))
 K1 = 1.2
 B = 0.75
+NEIGHBOUR_SHARE = 0.5
+"""Share of its better neighbour's score a turn gains (see :meth:`RecallIndex.search`)."""
+
+
+_HYPHENATED = re.compile(r"[^\W_]+(?:-[^\W_]+)+", re.UNICODE)
 
 
 def terms(text: str) -> list[str]:
-    """Lower-cased, Porter-stemmed word terms of ``text``, without stop words."""
-    return [stem(w) for w in _WORD.findall(text.lower()) if w not in _STOP]
+    """Lower-cased, Porter-stemmed word terms of ``text``, without stop words; a
+    hyphenated word also counts joined ("de-stress" is "de", "stress" and "destress")."""
+    low = text.lower()
+    words = [w for w in _WORD.findall(low) if w not in _STOP]
+    if "-" in low:
+        words += [h.replace("-", "") for h in _HYPHENATED.findall(low)]
+    return [stem(w) for w in words]
 
 
 def searchable_text(msg: Msg) -> str:
@@ -65,7 +82,8 @@ class RecallIndex:
     def _of(self, msg: Msg) -> tuple[Counter[str], int]:
         got = self._counts.get(msg.id)
         if got is None:
-            words = terms(searchable_text(msg))
+            # who said it is part of the turn: "what did Anna say about X" finds Anna's turns
+            words = terms(msg.name) + terms(searchable_text(msg))
             got = (Counter(words), len(words))
             if len(self._counts) > 100_000:
                 self._counts.clear()
@@ -73,33 +91,43 @@ class RecallIndex:
         return got
 
     def search(self, query: str, candidates: Sequence[Msg], limit: int = 5) -> list[RecallHit]:
-        """The ``limit`` best candidates for ``query`` (score > 0), best first."""
+        """The ``limit`` best candidates for ``query`` (score > 0), best first.
+
+        ``candidates`` are in conversation order: a turn's score is its BM25 score plus
+        :data:`NEIGHBOUR_SHARE` of the better of its two neighbours' (the candidates
+        before and after it), so the reply to a matching turn is found even when it
+        does not repeat the words. The speaker's name is indexed with the text.
+        """
         q = set(terms(query))
         if not q or not candidates or limit <= 0:
             return []
         docs = [self._of(m) for m in candidates]
         n = len(docs)
         avg = sum(d[1] for d in docs) / n or 1.0
-        df: Counter[str] = Counter()
-        for counts, _ in docs:
-            for t in q:
-                if t in counts:
-                    df[t] += 1
-        if not df:
+        # the query terms each turn holds (a set intersection, in C): most hold none
+        matched = [(i, counts.keys() & q) for i, (counts, _) in enumerate(docs)]
+        matched = [(i, common) for i, common in matched if common]
+        if not matched:
             return []
+        df = Counter(t for _, common in matched for t in common)
         idf = {t: math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in df}
-        hits: list[RecallHit] = []
-        for msg, (counts, length) in zip(candidates, docs, strict=True):
-            score = 0.0
+        scores: dict[int, float] = {}
+        for i, common in matched:
+            counts, length = docs[i]
             norm = K1 * (1 - B + B * length / avg)
-            for t, w in idf.items():
-                tf = counts.get(t)
-                if tf:
-                    score += w * tf * (K1 + 1) / (tf + norm)
-            if score > 0:
-                hits.append(RecallHit(msg, score))
-        hits.sort(key=lambda h: -h.score)
-        return hits[:limit]
+            scores[i] = sum(idf[t] * counts[t] * (K1 + 1) / (counts[t] + norm) for t in common)
+        # the answer often sits next to the turn that names the topic ("How was the
+        # support group?" / "So moving, I cried"): a turn shares its neighbours' match
+        lift: dict[int, float] = {}
+        for i, score in scores.items():
+            for j in (i - 1, i + 1):
+                if 0 <= j < n and lift.get(j, 0.0) < score:
+                    lift[j] = score
+        total = dict(scores)
+        for j, score in lift.items():
+            total[j] = total.get(j, 0.0) + NEIGHBOUR_SHARE * score
+        best = heapq.nlargest(limit, total.items(), key=lambda item: item[1])
+        return [RecallHit(candidates[i], score) for i, score in best]
 
 
 def render_recalled(
