@@ -173,3 +173,13 @@ async def test_recall_finds_what_another_process_stored(tmp_path: Path) -> None:
         assert FACT in model.calls[1].messages[-1].tool_results[0].output_text()
     finally:
         await memory.aclose()
+
+
+def test_a_new_candidate_list_is_searched_afresh() -> None:
+    index = RecallIndex()
+    msgs = _chat(*_filler(20))
+    assert index.search("pottery", msgs) == []
+    later = [*msgs, *_chat(("Ann", "I signed up for pottery."))]
+    (hit,) = index.search("pottery", later, limit=1)
+    assert hit.msg.get_text_content() == "I signed up for pottery."
+    assert index.search("pottery", msgs) == []  # and the first list again

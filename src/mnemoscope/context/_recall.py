@@ -73,11 +73,24 @@ class RecallHit:
     score: float
 
 
+@dataclass
+class _Postings:
+    """An inverted index of one candidate list: for each term, ``(position, count)`` of
+    the candidates holding it, and each candidate's BM25 length norm."""
+
+    ids: tuple[str, ...]
+    terms: dict[str, list[tuple[int, int]]]
+    norms: list[float]
+
+
 class RecallIndex:
-    """Ranks messages against a query with BM25 (term counts cached by message id)."""
+    """Ranks messages against a query with BM25 (term counts cached by message id; the
+    inverted index of the last candidate list is kept, as every model call of a reply,
+    and replies that cut nothing new, search the same candidates)."""
 
     def __init__(self) -> None:
         self._counts: dict[str, tuple[Counter[str], int]] = {}
+        self._postings: _Postings | None = None
 
     def _of(self, msg: Msg) -> tuple[Counter[str], int]:
         got = self._counts.get(msg.id)
@@ -90,6 +103,22 @@ class RecallIndex:
             self._counts[msg.id] = got
         return got
 
+    def _index(self, candidates: Sequence[Msg]) -> _Postings:
+        ids = tuple(m.id for m in candidates)
+        if self._postings is not None and self._postings.ids == ids:
+            return self._postings
+        postings: dict[str, list[tuple[int, int]]] = {}
+        lengths: list[int] = []
+        for i, msg in enumerate(candidates):
+            counts, length = self._of(msg)
+            lengths.append(length)
+            for term, count in counts.items():
+                postings.setdefault(term, []).append((i, count))
+        avg = sum(lengths) / len(lengths) or 1.0
+        norms = [K1 * (1 - B + B * length / avg) for length in lengths]
+        self._postings = _Postings(ids, postings, norms)
+        return self._postings
+
     def search(self, query: str, candidates: Sequence[Msg], limit: int = 5) -> list[RecallHit]:
         """The ``limit`` best candidates for ``query`` (score > 0), best first.
 
@@ -101,33 +130,31 @@ class RecallIndex:
         q = set(terms(query))
         if not q or not candidates or limit <= 0:
             return []
-        docs = [self._of(m) for m in candidates]
-        n = len(docs)
-        avg = sum(d[1] for d in docs) / n or 1.0
-        # the query terms each turn holds (a set intersection, in C): most hold none
-        matched = [(i, counts.keys() & q) for i, (counts, _) in enumerate(docs)]
-        matched = [(i, common) for i, common in matched if common]
+        index = self._index(candidates)
+        n = len(candidates)
+        scores = [0.0] * n
+        matched = False
+        for term in q:
+            holders = index.terms.get(term)
+            if not holders:
+                continue
+            matched = True
+            df = len(holders)
+            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+            for i, count in holders:
+                scores[i] += idf * count * (K1 + 1) / (count + index.norms[i])
         if not matched:
             return []
-        df = Counter(t for _, common in matched for t in common)
-        idf = {t: math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in df}
-        scores: dict[int, float] = {}
-        for i, common in matched:
-            counts, length = docs[i]
-            norm = K1 * (1 - B + B * length / avg)
-            scores[i] = sum(idf[t] * counts[t] * (K1 + 1) / (counts[t] + norm) for t in common)
         # the answer often sits next to the turn that names the topic ("How was the
         # support group?" / "So moving, I cried"): a turn shares its neighbours' match
-        lift: dict[int, float] = {}
-        for i, score in scores.items():
-            for j in (i - 1, i + 1):
-                if 0 <= j < n and lift.get(j, 0.0) < score:
-                    lift[j] = score
-        total = dict(scores)
-        for j, score in lift.items():
-            total[j] = total.get(j, 0.0) + NEIGHBOUR_SHARE * score
-        best = heapq.nlargest(limit, total.items(), key=lambda item: item[1])
-        return [RecallHit(candidates[i], score) for i, score in best]
+        before = [0.0, *scores[:-1]]
+        after = [*scores[1:], 0.0]
+        total = [
+            score + NEIGHBOUR_SHARE * (b if b > a else a)
+            for score, b, a in zip(scores, before, after, strict=True)
+        ]
+        best = heapq.nlargest(limit, range(n), key=total.__getitem__)
+        return [RecallHit(candidates[i], total[i]) for i in best if total[i] > 0]
 
 
 def render_recalled(
