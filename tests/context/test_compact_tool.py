@@ -3,6 +3,7 @@ through the same non-destructive path as automatic compaction."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 
 import pytest
@@ -25,7 +26,7 @@ from mnemoscope.middleware import AgentEvent, MiddlewareBase
 from mnemoscope.testing import ScriptedChatModel, tool_call
 from mnemoscope.tool import COMPACT_TOOL, CompactTool, Toolkit, function_tool
 
-from .conftest import check_pairs
+from .conftest import BACKENDS, check_pairs
 
 
 @function_tool(is_read_only=True)
@@ -70,7 +71,7 @@ async def _reply(agent: Agent, text: str) -> list[AgentEvent]:
     return [e async for e in agent.reply_stream(text)]
 
 
-@pytest.mark.parametrize("backend", ["inmemory", "sqlite"])
+@pytest.mark.parametrize("backend", BACKENDS)
 async def test_the_tool_compacts_finished_turns_and_keeps_everything_stored(
     backend: str, make_memory: Callable[..., MemoryBase], memories: list[MemoryBase]
 ) -> None:
@@ -113,7 +114,7 @@ async def test_the_tool_compacts_finished_turns_and_keeps_everything_stored(
     assert contexts[-1].summary_id == summary.id and contexts[-1].compacted == done.covered
 
 
-@pytest.mark.parametrize("backend", ["inmemory", "sqlite"])
+@pytest.mark.parametrize("backend", BACKENDS)
 async def test_after_the_tool_a_new_agent_on_the_session_builds_summary_plus_tail(
     backend: str, make_memory: Callable[..., MemoryBase], memories: list[MemoryBase]
 ) -> None:
@@ -122,8 +123,8 @@ async def test_after_the_tool_a_new_agent_on_the_session_builds_summary_plus_tai
     agent, _ = _agent(memory)
     await _reply(agent, "task one: look up a and b")
     await _reply(agent, "task two: look up c, then tidy up")
-    # a fresh agent (and, on SQLite, a fresh connection) on the same session
-    again = make_memory(backend) if backend == "sqlite" else memory
+    # a fresh agent (and, on a server or file store, a fresh connection) on the session
+    again = memory if backend == "inmemory" else make_memory(backend)
     if again is not memory:
         memories.append(again)
     fresh, model = _agent(again)
@@ -144,13 +145,19 @@ class _Down(SummarizerBase):
 
 @pytest.mark.parametrize("backend", ["inmemory", "sqlite"])
 async def test_a_failed_summary_is_a_tool_error_and_changes_nothing(
-    backend: str, make_memory: Callable[..., MemoryBase], memories: list[MemoryBase]
+    backend: str,
+    make_memory: Callable[..., MemoryBase],
+    memories: list[MemoryBase],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     memory = make_memory(backend)
     memories.append(memory)
     agent, model = _agent(memory, _Down())
     await _reply(agent, "task one: look up a and b")
+    caplog.set_level(logging.WARNING, logger="mnemoscope.context")
     events = await _reply(agent, "task two: look up c, then tidy up")
+    (record,) = caplog.records
+    assert "summariser down" in record.getMessage() and COMPACT_TOOL in record.getMessage()
     (failed,) = [e for e in events if isinstance(e, CompactionEvent)]
     assert failed.status == "failed" and "summariser down" in failed.error
     result = next(

@@ -37,7 +37,7 @@ from mnemoscope.context import (
 from mnemoscope.errors import UserError
 from mnemoscope.message import HintBlock, Msg
 from mnemoscope.middleware import AgentEvent, CompactionEvent, ContextEvent, ReplyContext
-from mnemoscope.tool import CompactOutcome, describe_exception, must_propagate
+from mnemoscope.tool import COMPACT_TOOL, CompactOutcome, describe_exception, must_propagate
 
 if TYPE_CHECKING:
     from mnemoscope.agent._agent import Agent
@@ -130,7 +130,7 @@ class ContextEngine:
             state["tail"] = [m for m in tail if m.id not in done]
 
     async def _run_compaction(
-        self, cctx: CompactionContext, *, background: bool
+        self, cctx: CompactionContext, *, background: bool, by_tool: bool = False
     ) -> AsyncIterator[AgentEvent]:
         """One compaction through the ``on_compress_context`` chain; its last event is
         the :class:`CompactionEvent` saying how it went. On failure nothing is changed
@@ -147,10 +147,12 @@ class ContextEngine:
                 else describe_exception(exc)
             )
             logger.warning(
-                "context compaction of %d messages failed (%s); nothing was changed, the "
-                "budget drops the oldest history instead",
+                "context compaction of %d messages failed (%s); nothing was changed, %s",
                 len(cctx.msgs),
                 why,
+                f"the {COMPACT_TOOL} tool tells the model"
+                if by_tool
+                else "the budget drops the oldest history instead",
             )
             cctx.summary = None
             yield CompactionEvent(status="failed", error=why, background=background)
@@ -202,7 +204,7 @@ class ContextEngine:
             agent=self.agent, memory=self.agent.memory, msgs=covered, previous=summary
         )
         last: AgentEvent | None = None
-        async for event in self._run_compaction(cctx, background=False):
+        async for event in self._run_compaction(cctx, background=False, by_tool=True):
             ctx.emit(event)
             last = event
         if cctx.summary is None:
