@@ -70,14 +70,16 @@ async def test_reply_stream_yields_events_in_order_and_final_msg() -> None:
     assert types == [
         "reply_start",
         "reasoning_start",
+        "context",
         "tool_use",
         "tool_result",
         "reasoning_start",
+        "context",
         "text_delta",
         "reply_end",
     ]
-    assert isinstance(events[2], ToolUseEvent) and events[2].tool_use.input == {"city": "Paris"}
-    assert isinstance(events[3], ToolResultEvent) and "Paris" in events[3].result.output_text()
+    assert isinstance(events[3], ToolUseEvent) and events[3].tool_use.input == {"city": "Paris"}
+    assert isinstance(events[4], ToolResultEvent) and "Paris" in events[4].result.output_text()
     end = events[-1]
     assert isinstance(end, ReplyEndEvent) and end.msg.get_text_content() == "Done."
     assert len({e.reply_id for e in events}) == 1

@@ -60,3 +60,29 @@ def test_dangling_tool_use_from_a_crashed_turn_is_removed() -> None:
     clean = sanitize_history([use, res, orphan])
     assert [b.id for b in clean[0].tool_uses] == ["ok"]
     assert len(clean) == 2
+
+
+def test_no_budget_still_counts_every_part_and_only_new_messages() -> None:
+    counted: list[str] = []
+
+    def counter(text: str) -> int:
+        counted.append(text)
+        return len(text.split())
+
+    builder = ContextBuilder(token_counter=counter)
+    history = _turn(1) + _turn(2, with_tool=True)
+    current = UserMsg("u", "now what")
+    built = builder.build(system_prompt="be brief", history=history, current=current)
+    assert built.parts["system"] == 4 + 2 and built.parts["current"] == 4 + 2
+    assert built.parts["history"] == sum(builder.msg_tokens(m) for m in history)
+    assert built.tokens == sum(built.parts.values()) > 0
+    assert (built.parts["pinned"], built.parts["recalled"], built.parts["notice"]) == (0, 0, 0)
+    assert built.kept_ids == [m.id for m in history]
+    # the next call of the reply counts only its new step, not the history again
+    counted.clear()
+    step = AssistantMsg("a", "thinking it over")
+    again = builder.build(
+        system_prompt="be brief", history=history, current=current, transcript=[step]
+    )
+    assert counted == ["thinking it over"]
+    assert again.tokens == built.tokens + 4 + 3

@@ -73,3 +73,24 @@ async def test_tool_result_cap_bounds_what_the_model_sees() -> None:
     await agent.reply("go")
     result = model.calls[1].messages[-1].tool_results[0]
     assert 1_000 <= len(result.output_text()) < 1_600  # the cap plus the cut marker
+
+
+async def test_every_model_call_reports_its_context_even_with_no_budget() -> None:
+    @function_tool
+    def echo(x: str) -> str:
+        """Echo x."""
+        return x
+
+    model = ScriptedChatModel([tool_call("echo", x="hi"), "done", "again"])
+    agent = Agent("a", "sys", model, toolkit=Toolkit([echo]))
+    assert agent.context_policy.window_tokens is None
+    first = [e async for e in agent.reply_stream("go") if isinstance(e, ContextEvent)]
+    assert [e.iteration for e in first] == [1, 2]  # one per model call
+    assert first[1].parts["transcript"] > 0 and first[1].parts["history"] == 0
+    second = [e async for e in agent.reply_stream("more") if isinstance(e, ContextEvent)]
+    (event,) = second
+    stored = await agent.memory.get()
+    # the whole first reply is history now: every stored message was kept, none dropped
+    assert event.kept == [m.id for m in stored[:-2]] and event.dropped == []  # not "more"+answer
+    assert event.tokens == sum(event.parts.values()) and event.parts["history"] > 0
+    assert len(model.calls) == 3

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import textwrap
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from mnemoscope.agent import Agent
@@ -25,6 +26,52 @@ def test_bm25_ranks_the_matching_turn_first() -> None:
     hits = RecallIndex().search("what is my dog called?", msgs, limit=3)
     assert hits[0].msg.content[0].text == FACT  # type: ignore[union-attr]
     assert RecallIndex().search("the of and", msgs) == []
+
+
+def _chat(*turns: tuple[str, str]) -> list:
+    """Turns as stored, one second apart: ``(speaker, text)``."""
+    start = datetime(2024, 5, 1, 9, 0, tzinfo=UTC)
+    return [
+        UserMsg(name, text, timestamp=start + timedelta(seconds=i))
+        for i, (name, text) in enumerate(turns)
+    ]
+
+
+def _filler(n: int) -> list[tuple[str, str]]:
+    return [("Bo" if i % 2 else "Ann", f"small talk about the weather, day {i}") for i in range(n)]
+
+
+def test_a_question_naming_a_speaker_finds_what_that_speaker_said() -> None:
+    # both cook; only the speaker tells the turns apart (Ann never says her own name)
+    msgs = _chat(
+        *_filler(20),
+        ("Bo", "I cook rice."),
+        ("Ann", "I cook pasta with fresh tomatoes on Sundays."),
+        *_filler(20),
+    )
+    hits = RecallIndex().search("What does Ann cook?", msgs, limit=2)
+    assert hits[0].msg.get_text_content().startswith("I cook pasta")
+
+
+def test_the_reply_next_to_a_matching_turn_is_found_without_repeating_its_words() -> None:
+    msgs = _chat(
+        *_filler(30),
+        ("Bo", "How was the support group meeting last night?"),
+        ("Ann", "So moving. I cried the whole way home."),
+        *_filler(30),
+    )
+    hits = RecallIndex().search("support group meeting", msgs, limit=10)
+    found = [h.msg.get_text_content() for h in hits]
+    assert found[0].startswith("How was the support group")
+    # no query word in the reply: it is found as the matching turn's neighbour (with the
+    # turn before, which shares the lift); turns far from any match are not lifted
+    assert len(found) == 3 and any(text.startswith("So moving") for text in found)
+
+
+def test_a_hyphenated_word_matches_its_joined_form() -> None:
+    msgs = _chat(*_filler(10), ("Ann", "Running helps me de-stress after work."), *_filler(10))
+    hits = RecallIndex().search("How does Ann destress?", msgs, limit=1)
+    assert hits[0].msg.get_text_content().startswith("Running helps")
 
 
 async def _filled(memory: InMemoryMemory, n: int = 60) -> None:
@@ -126,3 +173,13 @@ async def test_recall_finds_what_another_process_stored(tmp_path: Path) -> None:
         assert FACT in model.calls[1].messages[-1].tool_results[0].output_text()
     finally:
         await memory.aclose()
+
+
+def test_a_new_candidate_list_is_searched_afresh() -> None:
+    index = RecallIndex()
+    msgs = _chat(*_filler(20))
+    assert index.search("pottery", msgs) == []
+    later = [*msgs, *_chat(("Ann", "I signed up for pottery."))]
+    (hit,) = index.search("pottery", later, limit=1)
+    assert hit.msg.get_text_content() == "I signed up for pottery."
+    assert index.search("pottery", msgs) == []  # and the first list again

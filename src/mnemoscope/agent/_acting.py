@@ -200,6 +200,7 @@ async def acting_core(agent: Agent, ctx: ActingContext) -> AsyncIterator[AgentEv
         emit=ctx.reply.emit,
         stored_messages=lambda mark: agent.memory.get(marks=mark),
         recall=functools.partial(agent.context.recall, exclude=ctx.reply.input.id),
+        compact=functools.partial(agent.context.compact_now, ctx.reply),
         state=agent.state.tool_state,
     )
     turns, index = (ctx.turns, ctx.index) if isinstance(ctx, _BatchCall) else (None, 0)

@@ -48,7 +48,7 @@ from mnemoscope.middleware import (
     ReplyStartEvent,
 )
 from mnemoscope.model import ChatModelBase
-from mnemoscope.tool import Toolkit
+from mnemoscope.tool import COMPACT_TOOL, Toolkit
 
 TOOL_RESULT_MARK = "tool_result"
 FULL_OUTPUTS_KEY = "full_outputs"
@@ -127,6 +127,12 @@ class Agent:
                 f"context_policy must be a ContextPolicy, got {type(context_policy).__name__}"
             )
         self.context_policy = context_policy or ContextPolicy.from_max_tokens(max_context_tokens)
+        if COMPACT_TOOL in self.toolkit and self.context_policy.summarizer is None:
+            raise UserError(
+                f"the {COMPACT_TOOL} tool needs a summariser to write its summaries: give "
+                "the agent context_policy=ContextPolicy(summarizer=ModelSummarizer(model)) "
+                "(or ExtractiveSummarizer()), or remove CompactTool from the toolkit"
+            )
         self.context_builder = ContextBuilder(self.context_policy.input_tokens, model.count_tokens)
         self.context = ContextEngine(self, self.context_policy)
         self.state = AgentState()

@@ -34,9 +34,10 @@ from mnemoscope.context import (
     split_summary,
     write_summary,
 )
-from mnemoscope.message import Msg
+from mnemoscope.errors import UserError
+from mnemoscope.message import HintBlock, Msg
 from mnemoscope.middleware import AgentEvent, CompactionEvent, ContextEvent, ReplyContext
-from mnemoscope.tool import describe_exception, must_propagate
+from mnemoscope.tool import COMPACT_TOOL, CompactOutcome, describe_exception, must_propagate
 
 if TYPE_CHECKING:
     from mnemoscope.agent._agent import Agent
@@ -45,6 +46,11 @@ logger = logging.getLogger("mnemoscope.context")
 
 HISTORY_EXCLUDED = ("hint", COMPRESSED_MARK)
 RECALL_TOOL = "recall"
+
+
+def _is_hint(msg: Msg) -> bool:
+    """A one-off injection of this reply (stored with the ``hint`` mark, never history)."""
+    return bool(msg.content) and all(isinstance(b, HintBlock) for b in msg.content)
 
 
 class ContextEngine:
@@ -88,7 +94,7 @@ class ContextEngine:
         raw = await memory.get(
             last_n=self.agent.max_history_messages, exclude_marks=list(HISTORY_EXCLUDED)
         )
-        if self.policy.compacts and not any(is_summary(m) for m in raw):
+        if self.policy.summarizer is not None and not any(is_summary(m) for m in raw):
             # a window (max_history_messages) may start after the summary
             raw = [
                 *await memory.get(marks=SUMMARY_MARK, exclude_marks=COMPRESSED_MARK, last_n=1),
@@ -116,6 +122,19 @@ class ContextEngine:
         cctx = CompactionContext(
             agent=self.agent, memory=self.agent.memory, msgs=covered, previous=summary
         )
+        async for event in self._run_compaction(cctx, background=background):
+            yield event
+        if cctx.summary is not None:
+            done = set(cctx.summary.metadata[COVERS_KEY])
+            state["summary"] = cctx.summary
+            state["tail"] = [m for m in tail if m.id not in done]
+
+    async def _run_compaction(
+        self, cctx: CompactionContext, *, background: bool, by_tool: bool = False
+    ) -> AsyncIterator[AgentEvent]:
+        """One compaction through the ``on_compress_context`` chain; its last event is
+        the :class:`CompactionEvent` saying how it went. On failure nothing is changed
+        (the summary is written last), the failure is logged and reported."""
         try:
             async for event in self.agent._compress_chain(cctx):
                 yield event
@@ -128,24 +147,87 @@ class ContextEngine:
                 else describe_exception(exc)
             )
             logger.warning(
-                "context compaction of %d messages failed (%s); nothing was changed, the "
-                "budget drops the oldest history instead",
-                len(covered),
+                "context compaction of %d messages failed (%s); nothing was changed, %s",
+                len(cctx.msgs),
                 why,
+                f"the {COMPACT_TOOL} tool tells the model"
+                if by_tool
+                else "the budget drops the oldest history instead",
             )
+            cctx.summary = None
             yield CompactionEvent(status="failed", error=why, background=background)
             return
         if cctx.summary is None:
             yield CompactionEvent(status="skipped", background=background)
             return
-        done = set(cctx.summary.metadata[COVERS_KEY])
-        state["summary"] = cctx.summary
-        state["tail"] = [m for m in tail if m.id not in done]
         yield CompactionEvent(
             status="done",
             summary_id=cctx.summary.id,
             covered=[m.id for m in cctx.msgs],
             background=background,
+        )
+
+    async def compact_now(self, ctx: ReplyContext) -> CompactOutcome:
+        """Compact everything complete so far, for the ``compact_context`` tool.
+
+        Covers the loaded history, this reply's message and its finished steps (a step
+        with its results), never the step being run (whose calls wait for results, this
+        tool's call among them), pinned messages or hints. The rest of the reply then
+        sees the summary instead of what it covers.
+        """
+        if not await self.wait_background(self.policy.compaction_wait):
+            return CompactOutcome(
+                "A background compaction is still running; nothing was changed. Try again "
+                "after your next step.",
+                failed=True,
+            )
+        state = ctx.state_for(self)
+        summary: Msg | None = state.get("summary")
+        done_ids: set[str] = state.setdefault("compacted_in_reply", set())
+        finished = [
+            m
+            for m in [*ctx.history, ctx.input, *ctx.transcript]
+            if m.id not in done_ids and not _is_hint(m)
+        ]
+        pinned: frozenset[str] | None = state.get("pinned")
+        if pinned is None:  # not loaded with no budget
+            pinned = frozenset(m.id for m in await self.agent.memory.get(marks=PINNED_MARK))
+        covered = [
+            m
+            for group in group_history(sanitize_history(finished))
+            if not any(m.id in pinned for m in group)
+            for m in group
+        ]
+        if not covered:
+            return CompactOutcome("Nothing to compact: the conversation has no finished turns yet.")
+        cctx = CompactionContext(
+            agent=self.agent, memory=self.agent.memory, msgs=covered, previous=summary
+        )
+        last: AgentEvent | None = None
+        async for event in self._run_compaction(cctx, background=False, by_tool=True):
+            ctx.emit(event)
+            last = event
+        if cctx.summary is None:
+            why = last.error if isinstance(last, CompactionEvent) and last.error else "skipped"
+            return CompactOutcome(
+                f"The compaction did not happen ({why}); nothing was changed, the "
+                "conversation stays as it was.",
+                failed=True,
+            )
+        new = cctx.summary
+        ids = set(new.metadata[COVERS_KEY])
+        state["summary"] = new
+        ctx.history = [m for m in ctx.history if m.id not in ids]
+        done_ids.update(ids)
+        if "pool" in state:  # what was compacted can now be recalled automatically
+            state["pool"] = [*state["pool"], *(m for m in cctx.msgs if not is_summary(m))]
+        first, end = cctx.msgs[0].timestamp, cctx.msgs[-1].timestamp
+        return CompactOutcome(
+            f"Compacted {len(cctx.msgs)} messages (from {first:%Y-%m-%d %H:%M} to "
+            f"{end:%Y-%m-%d %H:%M} UTC"
+            + (", with the previous summary" if summary is not None else "")
+            + f") into summary {new.id}. From now on you see the summary instead of them; "
+            f"their full text stays stored and searchable with the {RECALL_TOOL} tool."
         )
 
     async def compress_core(self, cctx: CompactionContext) -> AsyncIterator[AgentEvent]:
@@ -154,7 +236,12 @@ class ContextEngine:
             return
         if cctx.summary_text is None:
             summarizer = self.policy.summarizer
-            assert summarizer is not None
+            if summarizer is None:
+                raise UserError(
+                    "compaction needs a summariser: set ContextPolicy(summarizer="
+                    "ModelSummarizer(model)) or ExtractiveSummarizer(), or write "
+                    "CompactionContext.summary_text in an on_compress_context middleware"
+                )
             cctx.summary_text = await asyncio.wait_for(
                 summarizer.summarize(cctx.msgs, cctx.previous), self.policy.summarizer_timeout
             )
@@ -227,9 +314,18 @@ class ContextEngine:
         return f"{len(msgs)} matching turns, oldest first:\n\n" + render_recalled(msgs, max_chars)
 
     # ------------------------------------------------------------ building
-    def build(self, ctx: ReplyContext, iteration: int) -> tuple[BuiltContext, ContextEvent | None]:
-        """The model input of one call, and its :class:`ContextEvent` (``None`` with no
-        budget: nothing was counted or cut)."""
+    @staticmethod
+    def _transcript(ctx: ReplyContext, state: dict[str, Any]) -> list[Msg]:
+        """This reply's transcript without what the compaction tool covered (the current
+        message stays shown: it is the request being answered)."""
+        done: set[str] | None = state.get("compacted_in_reply")
+        if not done:
+            return ctx.transcript
+        return [m for m in ctx.transcript if m.id not in done]
+
+    def build(self, ctx: ReplyContext, iteration: int) -> tuple[BuiltContext, ContextEvent]:
+        """The model input of one call, and its :class:`ContextEvent` (with a budget or
+        without one: the parts are always counted)."""
         state = ctx.state_for(self)
         summary: Msg | None = state.get("summary")
         shown = render_summary(summary) if summary is not None else None
@@ -248,7 +344,7 @@ class ContextEngine:
             history=ctx.history,
             current=ctx.input,
             injected=ctx.injected,
-            transcript=ctx.transcript,
+            transcript=self._transcript(ctx, state),
             options=BuildOptions(
                 summary=shown,
                 pinned=state.get("pinned", frozenset()),
@@ -264,8 +360,6 @@ class ContextEngine:
         if self._last_prefix is not None and prefix != self._last_prefix:
             self.prefix_changes += 1
         self._last_prefix = prefix
-        if built.tokens < 0:
-            return built, None
         event = ContextEvent(
             reply_id=ctx.reply_id,
             iteration=iteration,

@@ -32,8 +32,8 @@ async def reasoning_core(agent: Agent, ctx: ReasoningContext) -> AsyncIterator[A
         for hint in hints:
             yield HintInjectedEvent(reply_id=reply.reply_id, hint=hint)
     built, context_event = agent.context.build(reply, ctx.iteration)
-    if context_event is not None:  # a budgeted agent reports its context's composition
-        yield context_event
+    yield context_event  # every call reports its context's composition
+
     mctx = ModelCallContext(reply=reply, messages=built.messages, tools=agent.toolkit.schemas())
     async for event in agent._model_call_chain(mctx):
         yield event

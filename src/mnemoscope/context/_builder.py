@@ -32,6 +32,10 @@ from mnemoscope.model import TokenCounter as TokenCounterLike
 PER_MESSAGE_OVERHEAD = 4
 """Tokens charged per message for role/name framing (OpenAI's documented ~3-4)."""
 
+_Prepared = tuple[list[Msg], list[str], list[list[Msg]], list[int]]
+"""History as the builder uses it: sanitised messages, ids of the stubbed ones, the
+tool-call groups and the tokens of each group."""
+
 
 @dataclass
 class BuiltContext:
@@ -39,12 +43,13 @@ class BuiltContext:
 
     messages: list[Msg]
     tokens: int
-    """Tokens of the input, or -1 when no budget was set (nothing was counted)."""
+    """Tokens of the whole input (the sum of ``parts``), with a budget or without."""
     dropped: list[Msg] = field(default_factory=list)
     dropped_tokens: int = 0
     parts: dict[str, int] = field(default_factory=dict)
     """Tokens per part: ``system``, ``summary``, ``pinned``, ``history``, ``recalled``,
-    ``injected``, ``current``, ``transcript``, ``notice`` (empty with no budget)."""
+    ``injected``, ``current``, ``transcript``, ``notice`` (with no budget nothing is
+    dropped, pinned apart or recalled: those parts are 0)."""
     kept_ids: list[str] = field(default_factory=list)
     recalled_ids: list[str] = field(default_factory=list)
     pinned_ids: list[str] = field(default_factory=list)
@@ -81,9 +86,9 @@ class ContextBuilder:
         self.max_tokens = max_tokens
         self._count = token_counter or count_tokens
         self._cache: dict[str, int] = {}
-        self._last_prompt: tuple[str | None, int] = (None, 0)
+        self._last_prompt: tuple[str, Msg, int] | None = None
         self._recall = RecallIndex()
-        self._prepared_cache: tuple[Any, tuple[list[Msg], list[str], list[list[Msg]]]] | None = None
+        self._prepared_cache: tuple[Any, _Prepared] | None = None
         self._notice_cache: dict[str | None, int] = {}
 
     def msg_tokens(self, msg: Msg) -> int:
@@ -106,11 +111,14 @@ class ContextBuilder:
             return fast_estimate_tokens(text)
         return self._count(text)
 
-    def _prompt_tokens(self, prompt: str) -> int:
-        # the prompt is stable within a reply (and usually across replies): count it once
-        if self._last_prompt[0] != prompt:
-            self._last_prompt = (prompt, self.text_tokens(prompt))
-        return self._last_prompt[1]
+    def _system(self, prompt: str) -> tuple[Msg, int]:
+        """The system message and its tokens. The prompt is stable within a reply (and
+        usually across replies): it is counted, and its message built, once."""
+        last = self._last_prompt
+        if last is None or last[0] != prompt:
+            last = (prompt, SystemMsg(prompt), PER_MESSAGE_OVERHEAD + self.text_tokens(prompt))
+            self._last_prompt = last
+        return last[1], last[2]
 
     def build(
         self,
@@ -123,34 +131,38 @@ class ContextBuilder:
         options: BuildOptions | None = None,
     ) -> BuiltContext:
         opts = options or BuildOptions()
-        system = SystemMsg(system_prompt)
+        system, system_tokens = self._system(system_prompt)
         prefix: list[Msg] = [system]
         if opts.summary is not None:
             prefix.append(opts.summary)
         fixed = [*injected, current, *transcript]
-        clean, offloaded, groups = self._prepared(history, opts)
-        if self.max_tokens is None:
-            # no budget: nothing to count, nothing to drop
-            return BuiltContext(
-                [*prefix, *clean, *fixed],
-                tokens=-1,
-                kept_ids=[m.id for m in clean],
-                offloaded_ids=offloaded,
-            )
+        clean, offloaded, groups, costs = self._prepared(history, opts)
+        # every part is counted, with a budget or without (the ContextEvent reports them);
+        # stored messages are counted once (cached by id), so a call counts only what is new
         parts = {
-            "system": PER_MESSAGE_OVERHEAD + self._prompt_tokens(system_prompt),
+            "system": system_tokens,
             "summary": self.msg_tokens(opts.summary) if opts.summary is not None else 0,
             "injected": sum(self.msg_tokens(m) for m in injected),
             "current": self.msg_tokens(current),
             "transcript": sum(self.msg_tokens(m) for m in transcript),
         }
+        if self.max_tokens is None:
+            # no budget: nothing is dropped, pinned apart or recalled
+            parts.update(pinned=0, history=sum(costs), recalled=0, notice=0)
+            return BuiltContext(
+                [*prefix, *clean, *fixed],
+                tokens=sum(parts.values()),
+                parts=parts,
+                kept_ids=[m.id for m in clean],
+                offloaded_ids=offloaded,
+            )
         fixed_tokens = sum(parts.values())
         pinned_groups = (
             {i for i, g in enumerate(groups) if any(m.id in opts.pinned for m in g)}
             if opts.pinned
             else set()
         )
-        pin_cost = sum(self.msg_tokens(m) for i in pinned_groups for m in groups[i])
+        pin_cost = sum(costs[i] for i in pinned_groups)
         if opts.pin_tokens is not None and pin_cost > opts.pin_tokens:
             raise PinBudgetError(
                 f"pinned messages need about {pin_cost} tokens, over the pin budget "
@@ -159,11 +171,11 @@ class ContextBuilder:
             )
         parts["pinned"] = pin_cost
         budget = self.max_tokens - fixed_tokens - pin_cost - opts.recall_tokens
-        costs = [sum(self.msg_tokens(m) for m in g) for g in groups]
         if sum(costs) - pin_cost > budget:
             budget -= self._notice_reserve(opts.notice_how)  # the notice fits the budget too
         keep = set(pinned_groups)
         dropped: list[Msg] = []
+        dropped_tokens = 0
         used = 0
         cut = False
         for i in range(len(groups) - 1, -1, -1):
@@ -173,6 +185,7 @@ class ContextBuilder:
             if cut or used + cost > budget:
                 cut = True
                 dropped.extend(reversed(groups[i]))
+                dropped_tokens += cost
                 continue
             keep.add(i)
             used += cost
@@ -187,7 +200,6 @@ class ContextBuilder:
                 opts, [*opts.recall_pool, *dropped], current
             )
         messages: list[Msg] = list(prefix)
-        dropped_tokens = sum(self.msg_tokens(m) for m in dropped)
         parts["notice"] = 0
         if dropped:
             notice = omission_notice(dropped, dropped_tokens, how=opts.notice_how)
@@ -222,11 +234,9 @@ class ContextBuilder:
             self._cache[key] = cached
         return cached
 
-    def _prepared(
-        self, history: Sequence[Msg], opts: BuildOptions
-    ) -> tuple[list[Msg], list[str], list[list[Msg]]]:
-        """Sanitised history, stubbed ids and groups; cached while history is the same
-        (every model call of a reply, and replies that add nothing in between)."""
+    def _prepared(self, history: Sequence[Msg], opts: BuildOptions) -> _Prepared:
+        """Sanitised history, stubbed ids, groups and their tokens; cached while history
+        is the same (every model call of a reply, and replies that add nothing between)."""
         key = (
             tuple(m.id for m in history),
             opts.clear_tool_results_after,
@@ -240,7 +250,9 @@ class ContextBuilder:
             clean, offloaded = clear_old_results(
                 clean, opts.clear_tool_results_after, opts.clear_exclude_tools
             )
-        prepared = (clean, offloaded, group_history(clean))
+        groups = group_history(clean)
+        costs = [sum(self.msg_tokens(m) for m in g) for g in groups]
+        prepared = (clean, offloaded, groups, costs)
         self._prepared_cache = (key, prepared)
         return prepared
 

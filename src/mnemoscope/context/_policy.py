@@ -42,7 +42,8 @@ class ContextPolicy:
 
     Attributes:
         window_tokens: the model's context window (``None``: no budget at all; nothing
-            is counted, dropped or compacted).
+            is dropped or compacted automatically; the parts are still counted for the
+            ``ContextEvent``).
         answer_reserve: tokens kept free for the answer; the input budget is
             ``window_tokens - answer_reserve``.
         compact_trigger: share of the input budget that history may fill before the

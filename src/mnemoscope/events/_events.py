@@ -89,13 +89,16 @@ class MemoryEvent(_Event):
 
 
 class ContextEvent(_Event):
-    """The composition of one model input, emitted right before the model call.
+    """The composition of one model input, emitted right before every model call, with
+    a token budget or without one.
 
     Attributes:
         iteration: the reasoning step.
-        tokens: tokens of the whole input (-1: no budget, nothing counted).
+        tokens: tokens of the whole input (the sum of ``parts``, by the model's counter).
         parts: tokens per part (``system``, ``summary``, ``pinned``, ``history``,
-            ``recalled``, ``injected``, ``current``, ``transcript``, ``notice``).
+            ``recalled``, ``injected``, ``current``, ``transcript``, ``notice``). With no
+            budget nothing is dropped, pinned apart or recalled: ``pinned``,
+            ``recalled`` and ``notice`` are 0 and ``dropped`` is empty.
         kept, dropped, compacted, offloaded, recalled, pinned: message ids.
         summary_id: the summary shown, if any.
         prefix_changes: how often the prefix (system prompt + summary) changed between
@@ -104,7 +107,7 @@ class ContextEvent(_Event):
 
     type: Literal["context"] = "context"
     iteration: int = 0
-    tokens: int = -1
+    tokens: int = 0
     parts: dict[str, int] = Field(default_factory=dict)
     kept: list[str] = Field(default_factory=list)
     dropped: list[str] = Field(default_factory=list)

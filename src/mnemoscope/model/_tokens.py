@@ -71,6 +71,9 @@ def estimate_tokens(text: str) -> int:
         return 0
     if len(text) > HUGE_TEXT_CHARS:
         return fast_estimate_tokens(text)
+    if text.isascii():
+        # the common case, in C: no CJK and no wide space can be in it, one byte a char
+        return max(len(text.split()), math.ceil(len(text) / 3.5))
     if _CJK_RE.search(text) is None and _WIDE_SPACE_RE.search(text) is None:
         # the loop below, in C: words are whitespace-separated runs, every byte counts
         return max(len(text.split()), math.ceil(len(text.encode("utf-8")) / 3.5))

@@ -13,6 +13,7 @@ from mnemoscope.tool._base import (
     ToolResult,
     permission_paths_of,
 )
+from mnemoscope.tool._compact_tool import COMPACT_TOOL, CompactOutcome, CompactTool
 
 # importing the file tools also registers file_tools as WorkspaceBase.tools_factory
 from mnemoscope.tool._file_tools import (
@@ -32,6 +33,9 @@ from mnemoscope.tool._recall_tool import RecallTool
 from mnemoscope.tool._toolkit import Toolkit
 
 __all__ = [
+    "COMPACT_TOOL",
+    "CompactOutcome",
+    "CompactTool",
     "Edit",
     "FunctionTool",
     "Glob",

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from mnemoscope.events import AgentEvent
     from mnemoscope.message import Msg
     from mnemoscope.permission import PermissionContext, PermissionDecision
+    from mnemoscope.tool._compact_tool import CompactOutcome
 
 T = TypeVar("T")
 
@@ -65,6 +66,8 @@ class ToolContext:
         recall: searches earlier turns of the conversation (the agent's context engine;
             ``None`` outside an agent); takes the query and ``limit``, ``only_cut`` and
             ``max_chars`` keywords.
+        compact: compacts the conversation so far (the agent's context engine; ``None``
+            outside an agent), as the ``compact_context`` tool asks.
         state: per-agent scratch space shared by tools across replies (e.g. which files
             were read and at which version, used by Write/Edit's read-before-write check).
         thread_pool: where :meth:`run_blocking` runs blocking code: the toolkit's own
@@ -77,6 +80,7 @@ class ToolContext:
     emit: Callable[[AgentEvent], None] | None = None
     stored_messages: Callable[[str], Awaitable[list[Msg]]] | None = None
     recall: Callable[..., Awaitable[str]] | None = None
+    compact: Callable[[], Awaitable[CompactOutcome]] | None = None
     state: dict[str, Any] = field(default_factory=dict)
     thread_pool: ToolThreadPool | None = None
 
