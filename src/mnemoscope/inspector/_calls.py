@@ -1,6 +1,6 @@
 """The model calls of one reply: what each call received, part by part, with tokens.
 
-A budgeted agent reports each call's composition as a ``ContextEvent``, but only in its
+An agent reports each model call's composition as a ``ContextEvent``, but only in its
 event stream (the service's reply log), not with the session; so the default source,
 :class:`ReconstructedCallSource`, rebuilds it from the stored session with the same
 :class:`~mnemoscope.context.ContextBuilder` the agent uses: history before the reply (hints

@@ -7,7 +7,7 @@ Example::
         system_prompt="You are ...", max_tokens=8000))
     create_inspector_app(store=memory_url, auth=mount.authenticate, calls=calls)
 
-A budgeted agent emits one :class:`~mnemoscope.events.ContextEvent` right before each model
+An agent emits one :class:`~mnemoscope.events.ContextEvent` right before each model
 call, and the service keeps every event of a reply in its store. This source starts from
 the reconstructed views (the stored messages, so parts link to them) and, for each call
 whose event is in the log, marks it ``recorded``: the tokens of each part and of the whole
