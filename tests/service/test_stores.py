@@ -169,6 +169,25 @@ async def test_delete_needs_the_lock_and_removes_everything(store_factory: Any) 
     assert await store.list_replies("alice", "s") == []
 
 
+async def test_list_replies_reads_every_reply_as_get_reply_does(store_factory: Any) -> None:
+    store = await store_factory()
+    await store.create_session("alice", "s", "")
+    for n in range(1, 26):
+        got = await store.acquire("alice", "s", 5, FAILED, f"r{n:02}")
+        assert isinstance(got, Acquired)
+        events = [ev(seq) for seq in range(1, n % 4 + 2)]
+        await store.append("alice", "s", f"r{n:02}", got.token, events, "done")
+    got = await store.acquire("alice", "s", 5, FAILED, "r26")  # still running, then cancelled
+    assert isinstance(got, Acquired)
+    await store.request_cancel("alice", "s", "r26")
+    listed = await store.list_replies("alice", "s")
+    assert [r.reply_id for r in listed] == [f"r{n:02}" for n in range(1, 27)]  # oldest first
+    assert listed == [await store.get_reply("alice", "s", r.reply_id) for r in listed]
+    assert [r.last_seq for r in listed[:4]] == [2, 3, 4, 1]
+    assert listed[-1].status == "running" and listed[-1].cancel_requested
+    assert await store.list_replies("alice", "nothing") == []
+
+
 def test_store_url_is_checked() -> None:
     assert isinstance(store_from_url("memory://"), InMemoryServiceStore)
     with pytest.raises(UserError, match="redis://host:6379/0 or postgresql://"):

@@ -348,14 +348,21 @@ class RedisServiceStore(ServiceStoreBase):
         return _reply_info(reply_id, data) if data else None
 
     async def list_replies(self, user_id: str, session_id: str) -> list[ReplyInfo]:
-        key = self._base(user_id, session_id) + ":replies"
-        ids = await self._do("list replies", lambda: self.client.zrange(key, 0, -1))
-        out = []
-        for rid in ids:
-            info = await self.get_reply(user_id, session_id, rid)
-            if info is not None:
-                out.append(info)
-        return out
+        base = self._base(user_id, session_id)
+        ids = await self._do("list replies", lambda: self.client.zrange(f"{base}:replies", 0, -1))
+        if not ids:
+            return []
+
+        async def read_all() -> list[dict[str, str]]:
+            # one round trip for every reply's hash, not one per reply
+            pipe = self.client.pipeline(transaction=False)
+            for rid in ids:
+                pipe.hgetall(f"{base}:reply:{rid}")
+            return list(await pipe.execute())
+
+        found = await self._do("read the replies", read_all)
+        # a reply deleted between the two steps has an empty hash: left out
+        return [_reply_info(rid, data) for rid, data in zip(ids, found, strict=True) if data]
 
     async def read_events(
         self, user_id: str, session_id: str, reply_id: str, after: int, wait: float
