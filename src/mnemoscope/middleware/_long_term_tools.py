@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from mnemoscope.memory import MemoryItem, RecordResult
 from mnemoscope.message import escape_injected
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from mnemoscope.middleware._long_term import LongTermMemoryMiddleware
 
 logger = logging.getLogger("mnemoscope.middleware.long_term")
+
+_T = TypeVar("_T")
 
 SEARCH_TOOL = "search_memory"
 ADD_TOOL = "add_memory"
@@ -82,14 +85,9 @@ async def run_search_memory(
         return ToolResult.error("search_memory needs at least one non-empty keyword.")
     if limit < 1:
         return ToolResult.error(f"limit must be at least 1, got {limit}.")
-    outcomes = await asyncio.gather(
-        *(mw._retrieve(q, limit) for q in queries), return_exceptions=True
-    )
     best: dict[str, MemoryItem] = {}
     failures: list[str] = []
-    for query, outcome in zip(queries, outcomes, strict=True):
-        if isinstance(outcome, asyncio.CancelledError):
-            raise outcome
+    for query, outcome in await _each(queries, lambda q: mw._retrieve(q, limit)):
         if isinstance(outcome, BaseException):
             failures.append(f"{query!r}: {outcome}")
             continue
@@ -149,13 +147,10 @@ async def run_add_memory(
     sentences = list(dict.fromkeys(s.strip() for s in content if s and s.strip()))
     if not sentences:
         return ToolResult.error("add_memory got no content: nothing was stored.")
-    outcomes = await asyncio.gather(*(_add_one(mw, s) for s in sentences), return_exceptions=True)
     stored: list[tuple[str, list[MemoryItem]]] = []
     known: list[str] = []
     failed: list[str] = []
-    for sentence, outcome in zip(sentences, outcomes, strict=True):
-        if isinstance(outcome, asyncio.CancelledError):
-            raise outcome
+    for sentence, outcome in await _each(sentences, lambda s: _add_one(mw, s)):
         if isinstance(outcome, BaseException):
             failed.append(f"{sentence!r}: {outcome}")
         elif outcome is None:
@@ -223,6 +218,18 @@ def one_line(content: str) -> str:
 def item_data(item: MemoryItem) -> dict[str, Any]:
     """A memory as it appears in a ``MemoryEvent``'s data."""
     return {"id": item.id, "content": item.content, "score": item.score}
+
+
+async def _each(
+    inputs: list[str], call: Callable[[str], Awaitable[_T]]
+) -> list[tuple[str, _T | BaseException]]:
+    """``call`` on every input at once: each input with its result or what it raised. A
+    cancellation is raised, never returned as a failure."""
+    outcomes = await asyncio.gather(*(call(x) for x in inputs), return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, asyncio.CancelledError):
+            raise outcome
+    return list(zip(inputs, outcomes, strict=True))
 
 
 def _norm(text: str) -> str:
