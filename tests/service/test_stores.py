@@ -188,6 +188,21 @@ async def test_list_replies_reads_every_reply_as_get_reply_does(store_factory: A
     assert await store.list_replies("alice", "nothing") == []
 
 
+async def test_list_sessions_reads_every_session_as_get_session_does(store_factory: Any) -> None:
+    store = await store_factory()
+    for n in range(1, 31):
+        await store.create_session("alice", f"s{n:02}", f"title {n}")
+    await store.create_session("bob", "s01", "not alice's")
+    got = await store.acquire("alice", "s05", 5, FAILED)
+    assert isinstance(got, Acquired)
+    assert await store.delete_session("alice", "s05", got.token)
+    listed = await store.list_sessions("alice")
+    assert [s.session_id for s in listed] == [f"s{n:02}" for n in range(1, 31) if n != 5]
+    assert listed == [await store.get_session("alice", s.session_id) for s in listed]
+    assert listed[0].title == "title 1"
+    assert await store.list_sessions("carol") == []
+
+
 def test_store_url_is_checked() -> None:
     assert isinstance(store_from_url("memory://"), InMemoryServiceStore)
     with pytest.raises(UserError, match="redis://host:6379/0 or postgresql://"):

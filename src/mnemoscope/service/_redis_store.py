@@ -204,6 +204,21 @@ class RedisServiceStore(ServiceStoreBase):
                 ) from exc
         raise AssertionError("unreachable")
 
+    async def _hgetall_each(self, what: str, keys: list[str]) -> list[dict[str, str]]:
+        """``HGETALL`` of every key in one round trip (a pipeline, not a transaction), in
+        order; a missing key gives ``{}``."""
+        if not keys:
+            return []
+
+        async def op() -> list[dict[str, str]]:
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.hgetall(key)
+            return list(await pipe.execute())
+
+        result: list[dict[str, str]] = await self._do(what, op)
+        return result
+
     @property
     def url_safe(self) -> str:
         """The URL without a password."""
@@ -236,19 +251,17 @@ class RedisServiceStore(ServiceStoreBase):
         ids = await self._do(
             "list sessions", lambda: self.client.zrange(self._index(user_id), 0, -1)
         )
-        out = []
-        for sid in ids:
-            info = await self.get_session(user_id, sid)
-            if info is not None:
-                out.append(info)
-        return out
+        keys = [self._base(user_id, sid) + ":session" for sid in ids]
+        found = await self._hgetall_each("read the sessions", keys)
+        # a session deleted between the two steps has an empty hash: left out
+        return [
+            _session_info(user_id, sid, data) for sid, data in zip(ids, found, strict=True) if data
+        ]
 
     async def get_session(self, user_id: str, session_id: str) -> SessionInfo | None:
         key = self._base(user_id, session_id) + ":session"
         data = await self._do("read a session", lambda: self.client.hgetall(key))
-        if not data:
-            return None
-        return SessionInfo(user_id, session_id, float(data["created_at"]), data.get("title", ""))
+        return _session_info(user_id, session_id, data) if data else None
 
     async def delete_session(self, user_id: str, session_id: str, token: int) -> bool:
         base = self._base(user_id, session_id)
@@ -350,17 +363,7 @@ class RedisServiceStore(ServiceStoreBase):
     async def list_replies(self, user_id: str, session_id: str) -> list[ReplyInfo]:
         base = self._base(user_id, session_id)
         ids = await self._do("list replies", lambda: self.client.zrange(f"{base}:replies", 0, -1))
-        if not ids:
-            return []
-
-        async def read_all() -> list[dict[str, str]]:
-            # one round trip for every reply's hash, not one per reply
-            pipe = self.client.pipeline(transaction=False)
-            for rid in ids:
-                pipe.hgetall(f"{base}:reply:{rid}")
-            return list(await pipe.execute())
-
-        found = await self._do("read the replies", read_all)
+        found = await self._hgetall_each("read the replies", [f"{base}:reply:{r}" for r in ids])
         # a reply deleted between the two steps has an empty hash: left out
         return [_reply_info(rid, data) for rid, data in zip(ids, found, strict=True) if data]
 
@@ -382,6 +385,10 @@ class RedisServiceStore(ServiceStoreBase):
             StoredEvent(int(entry_id.split("-", 1)[1]), fields["type"], fields["data"])
             for entry_id, fields in entries
         ]
+
+
+def _session_info(user_id: str, session_id: str, data: dict[str, str]) -> SessionInfo:
+    return SessionInfo(user_id, session_id, float(data["created_at"]), data.get("title", ""))
 
 
 def _reply_info(reply_id: str, data: dict[str, str]) -> ReplyInfo:
