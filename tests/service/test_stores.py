@@ -203,6 +203,20 @@ async def test_list_sessions_reads_every_session_as_get_session_does(store_facto
     assert await store.list_sessions("carol") == []
 
 
+def test_store_urls_are_shown_without_secrets() -> None:
+    pytest.importorskip("redis", reason="the 'redis' extra is not installed")
+    pytest.importorskip("asyncpg", reason="the 'sql' extra is not installed")
+    from mnemoscope.service import PostgresServiceStore, RedisServiceStore
+
+    redis_store = RedisServiceStore("redis://app:hunter2@cache:6379/0")
+    assert redis_store.url_safe == "redis://app:***@cache:6379/0"
+    assert RedisServiceStore("rediss://:hunter2@cache/0").url_safe == "rediss://***@cache/0"
+    pg = PostgresServiceStore("postgres://app:hunter2@db/svc")
+    assert pg.url_safe == "postgresql://app:***@db/svc"
+    in_query = PostgresServiceStore("postgresql://db/svc?user=app&password=hunter2")
+    assert in_query.url_safe == "postgresql://db/svc?user=app&password=***"
+
+
 def test_store_url_is_checked() -> None:
     assert isinstance(store_from_url("memory://"), InMemoryServiceStore)
     with pytest.raises(UserError, match="redis://host:6379/0 or postgresql://"):

@@ -32,6 +32,7 @@ import time
 from typing import Any
 
 from mnemoscope._optional import require
+from mnemoscope._redact import redact_text
 from mnemoscope.errors import ServiceStoreError, UserError
 from mnemoscope.service._store import (
     Acquired,
@@ -215,8 +216,8 @@ class PostgresServiceStore(ServiceStoreBase):
     # ------------------------------------------------------------------ plumbing
     @property
     def url_safe(self) -> str:
-        head, _, tail = self.dsn.rpartition("@")
-        return f"postgresql://***@{tail}" if head else self.dsn
+        """The URL to show: password and secret query values (``?password=``) masked."""
+        return redact_text(self.dsn)
 
     async def open(self) -> None:
         if self._pool is not None:

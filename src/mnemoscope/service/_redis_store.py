@@ -37,6 +37,7 @@ import time
 from typing import Any
 
 from mnemoscope._optional import require
+from mnemoscope._redact import redact_text
 from mnemoscope.errors import ServiceStoreError
 from mnemoscope.service._store import (
     Acquired,
@@ -221,9 +222,8 @@ class RedisServiceStore(ServiceStoreBase):
 
     @property
     def url_safe(self) -> str:
-        """The URL without a password."""
-        head, _, tail = self.url.rpartition("@")
-        return f"{self.url.split('://', 1)[0]}://***@{tail}" if head else self.url
+        """The URL to show: password and secret query values (``?password=``) masked."""
+        return redact_text(self.url)
 
     async def aclose(self) -> None:
         await self.client.aclose()
