@@ -38,7 +38,6 @@ from typing import Any
 
 from mnemoscope._optional import require
 from mnemoscope._redact import redact_text
-from mnemoscope.errors import ServiceStoreError
 from mnemoscope.service._store import (
     Acquired,
     AcquireResult,
@@ -50,6 +49,7 @@ from mnemoscope.service._store import (
     ServiceStoreBase,
     SessionInfo,
     StoredEvent,
+    retry_once_if_dropped,
 )
 
 redis_asyncio = require("redis.asyncio", extra="redis", feature="RedisServiceStore")
@@ -191,19 +191,14 @@ class RedisServiceStore(ServiceStoreBase):
     async def _do(self, what: str, op: Any, *, retry: bool = True) -> Any:
         """Run ``op()``; a dropped connection is retried once when ``retry`` (the call is
         harmless to repeat), then reported as :class:`ServiceStoreError`."""
-        for attempt in (1, 2):
-            try:
-                return await op()
-            except (RedisConnectionError, RedisTimeoutError) as exc:
-                if attempt == 2 or not retry:
-                    raise ServiceStoreError(
-                        f"Redis at {self.url_safe} failed to {what}: {exc}"
-                    ) from exc
-            except RedisError as exc:
-                raise ServiceStoreError(
-                    f"Redis at {self.url_safe} failed to {what}: {exc}"
-                ) from exc
-        raise AssertionError("unreachable")
+        return await retry_once_if_dropped(
+            op,
+            server=f"Redis at {self.url_safe}",
+            what=what,
+            retry=retry,
+            dropped=(RedisConnectionError, RedisTimeoutError),
+            failed=(RedisError,),
+        )
 
     async def _hgetall_each(self, what: str, keys: list[str]) -> list[dict[str, str]]:
         """``HGETALL`` of every key in one round trip (a pipeline, not a transaction), in
