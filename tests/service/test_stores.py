@@ -169,6 +169,54 @@ async def test_delete_needs_the_lock_and_removes_everything(store_factory: Any) 
     assert await store.list_replies("alice", "s") == []
 
 
+async def test_list_replies_reads_every_reply_as_get_reply_does(store_factory: Any) -> None:
+    store = await store_factory()
+    await store.create_session("alice", "s", "")
+    for n in range(1, 26):
+        got = await store.acquire("alice", "s", 5, FAILED, f"r{n:02}")
+        assert isinstance(got, Acquired)
+        events = [ev(seq) for seq in range(1, n % 4 + 2)]
+        await store.append("alice", "s", f"r{n:02}", got.token, events, "done")
+    got = await store.acquire("alice", "s", 5, FAILED, "r26")  # still running, then cancelled
+    assert isinstance(got, Acquired)
+    await store.request_cancel("alice", "s", "r26")
+    listed = await store.list_replies("alice", "s")
+    assert [r.reply_id for r in listed] == [f"r{n:02}" for n in range(1, 27)]  # oldest first
+    assert listed == [await store.get_reply("alice", "s", r.reply_id) for r in listed]
+    assert [r.last_seq for r in listed[:4]] == [2, 3, 4, 1]
+    assert listed[-1].status == "running" and listed[-1].cancel_requested
+    assert await store.list_replies("alice", "nothing") == []
+
+
+async def test_list_sessions_reads_every_session_as_get_session_does(store_factory: Any) -> None:
+    store = await store_factory()
+    for n in range(1, 31):
+        await store.create_session("alice", f"s{n:02}", f"title {n}")
+    await store.create_session("bob", "s01", "not alice's")
+    got = await store.acquire("alice", "s05", 5, FAILED)
+    assert isinstance(got, Acquired)
+    assert await store.delete_session("alice", "s05", got.token)
+    listed = await store.list_sessions("alice")
+    assert [s.session_id for s in listed] == [f"s{n:02}" for n in range(1, 31) if n != 5]
+    assert listed == [await store.get_session("alice", s.session_id) for s in listed]
+    assert listed[0].title == "title 1"
+    assert await store.list_sessions("carol") == []
+
+
+def test_store_urls_are_shown_without_secrets() -> None:
+    pytest.importorskip("redis", reason="the 'redis' extra is not installed")
+    pytest.importorskip("asyncpg", reason="the 'sql' extra is not installed")
+    from mnemoscope.service import PostgresServiceStore, RedisServiceStore
+
+    redis_store = RedisServiceStore("redis://app:hunter2@cache:6379/0")
+    assert redis_store.url_safe == "redis://app:***@cache:6379/0"
+    assert RedisServiceStore("rediss://:hunter2@cache/0").url_safe == "rediss://***@cache/0"
+    pg = PostgresServiceStore("postgres://app:hunter2@db/svc")
+    assert pg.url_safe == "postgresql://app:***@db/svc"
+    in_query = PostgresServiceStore("postgresql://db/svc?user=app&password=hunter2")
+    assert in_query.url_safe == "postgresql://db/svc?user=app&password=***"
+
+
 def test_store_url_is_checked() -> None:
     assert isinstance(store_from_url("memory://"), InMemoryServiceStore)
     with pytest.raises(UserError, match="redis://host:6379/0 or postgresql://"):

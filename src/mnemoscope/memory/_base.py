@@ -239,7 +239,6 @@ def decode_rows(
     ids: Sequence[Any],
     rows: Sequence[Any],
     on_corrupt: OnCorrupt,
-    reason: Any = None,
 ) -> list[Msg]:
     """Decode stored JSON documents (``str`` or ``bytes``, one per id) into messages.
 
@@ -247,8 +246,7 @@ def decode_rows(
     no per-row call overhead); the result is used only when it has one message per row,
     each carrying its row's id, so that a row holding something else than one JSON object
     cannot shift the others. Otherwise (a corrupt row among them) every row is decoded on
-    its own and the corrupt ones follow ``on_corrupt`` (see :class:`MemoryBase`).
-    ``reason(exc)`` makes the reported reason of a row's decoding error.
+    its own (:func:`decode_one`) and the corrupt ones follow ``on_corrupt``.
     """
     if not rows:
         return []
@@ -259,14 +257,19 @@ def decode_rows(
     msgs = decode_joined(ids, blob)
     if msgs is not None:
         return msgs
-    out: list[Msg] = []
-    for msg_id, data in zip(ids, rows, strict=True):
-        try:
-            out.append(Msg.model_validate_json(data))
-        except ValueError as exc:  # pydantic.ValidationError, invalid UTF-8
-            why = reason(exc) if reason else _first_line(exc)
-            memory._report_corrupt(_id_text(msg_id), why, on_corrupt)
-    return out
+    decoded = (decode_one(memory, i, data, on_corrupt) for i, data in zip(ids, rows, strict=True))
+    return [msg for msg in decoded if msg is not None]
+
+
+def decode_one(memory: MemoryBase, msg_id: Any, data: Any, on_corrupt: OnCorrupt) -> Msg | None:
+    """One stored document (``str`` or ``bytes``) as a message. A corrupt one is reported
+    by ``memory`` and follows ``on_corrupt`` (see :class:`MemoryBase`): ``None`` when it is
+    skipped."""
+    try:
+        return Msg.model_validate_json(data)
+    except ValueError as exc:  # pydantic.ValidationError, invalid UTF-8
+        memory._report_corrupt(_id_text(msg_id), _first_line(exc), on_corrupt)
+        return None
 
 
 def _id_text(msg_id: Any) -> str:

@@ -60,6 +60,7 @@ from mnemoscope.memory._base import (
     OnDuplicate,
     StoredMsg,
     decode_joined,
+    decode_one,
     decode_rows,
     dump_msg,
     normalize_ids,
@@ -415,13 +416,6 @@ class RedisMemory(MemoryBase):
         groups = await self._call(self._get_script, args, retry_safe=True, what="get")
         return _split_items(b"".join(g.encode() if isinstance(g, str) else g for g in groups))
 
-    def _decode(self, msg_id: Any, data: Any, on_corrupt: OnCorrupt) -> Msg | None:
-        try:
-            return Msg.model_validate_json(data)
-        except ValueError as exc:  # pydantic.ValidationError, invalid UTF-8
-            self._report_corrupt(_text(msg_id), _reason(exc), on_corrupt)
-            return None
-
     async def get(
         self,
         *,
@@ -445,7 +439,7 @@ class RedisMemory(MemoryBase):
             if msgs is not None:
                 return msgs
         flat = await self._fetch(last_n, marks, exclude_marks, with_marks=False)
-        return decode_rows(self, flat[0::2], flat[1::2], on_corrupt, _reason)
+        return decode_rows(self, flat[0::2], flat[1::2], on_corrupt)
 
     async def get_marks(self, msg_id: str) -> list[str] | None:
         raw = await self._call(self._get_marks_script, [msg_id], retry_safe=True, what="get_marks")
@@ -465,7 +459,7 @@ class RedisMemory(MemoryBase):
         flat = await self._fetch(None, None, None, with_marks=True)
         entries = []
         for i in range(0, len(flat), 3):
-            msg = self._decode(flat[i], flat[i + 1], "raise")
+            msg = decode_one(self, flat[i], flat[i + 1], "raise")
             assert msg is not None  # on_corrupt="raise" never returns None
             entries.append(StoredMsg(msg=msg, marks=_marks_of(flat[i + 2])))
         return MemoryState(user_id=self.user_id, session_id=self.session_id, messages=entries)
@@ -500,8 +494,3 @@ def _split_items(blob: bytes) -> list[bytes]:
         out.append(blob[start:stop])
         pos = stop
     return out
-
-
-def _reason(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else type(exc).__name__

@@ -213,17 +213,17 @@ class SessionStoreMemory(MemoryBase):
             return added
 
     async def delete(self, ids: str | Iterable[str]) -> int:
-        async with self._lock:
-            copy, corrupt = await self._working_copy()
-            deleted = await copy.delete(ids)
-            if deleted:
-                await self._rewrite(copy, corrupt, "delete messages")
-            return deleted
+        return await self._delete(lambda copy: copy.delete(ids))
 
     async def delete_by_mark(self, marks: Marks) -> int:
+        return await self._delete(lambda copy: copy.delete_by_mark(marks))
+
+    async def _delete(self, delete: Callable[[InMemoryMemory], Awaitable[int]]) -> int:
+        """Run ``delete`` on a working copy of the session, under the lock; the store is
+        rewritten only when it removed something."""
         async with self._lock:
             copy, corrupt = await self._working_copy()
-            deleted = await copy.delete_by_mark(marks)
+            deleted = await delete(copy)
             if deleted:
                 await self._rewrite(copy, corrupt, "delete messages")
             return deleted

@@ -78,6 +78,7 @@ from mnemoscope.memory._base import (
     OnCorrupt,
     OnDuplicate,
     StoredMsg,
+    decode_one,
     decode_rows,
     dump_msgs,
     normalize_ids,
@@ -426,14 +427,6 @@ class AsyncSQLAlchemyMemory(MemoryBase):
         await self._dialect.clear()
 
     # ------------------------------------------------------------------- reading
-    def _decode(self, msg_id: str, data: Any, on_corrupt: OnCorrupt) -> Msg | None:
-        try:
-            return Msg.model_validate_json(data)
-        except ValueError as exc:  # pydantic.ValidationError
-            lines = str(exc).strip().splitlines()
-            self._report_corrupt(msg_id, lines[0][:200] if lines else repr(exc), on_corrupt)
-            return None
-
     async def get(
         self,
         *,
@@ -509,7 +502,7 @@ class AsyncSQLAlchemyMemory(MemoryBase):
             by_id.setdefault(msg_id, []).append(mark)
         entries = []
         for msg_id, data in rows:
-            msg = self._decode(msg_id, data, "raise")
+            msg = decode_one(self, msg_id, data, "raise")
             assert msg is not None
             entries.append(StoredMsg(msg=msg, marks=sorted(by_id.get(msg_id, []))))
         return MemoryState(user_id=self.user_id, session_id=self.session_id, messages=entries)

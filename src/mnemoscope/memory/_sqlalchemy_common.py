@@ -45,39 +45,40 @@ def make_tables(
     not change the queries built from the tables)."""
     md = sa.MetaData()
     key = _key_type(mysql_collation)
-    opts: dict[str, Any] = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4"}
-    sessions = sa.Table(
-        f"{table_prefix}_sessions",
-        md,
-        sa.Column("user_id", key, nullable=False),
-        sa.Column("session_id", key, nullable=False),
+
+    def scoped(name: str, *columns: sa.Column[Any] | sa.Constraint | sa.Index) -> sa.Table:
+        """A table whose rows each belong to one user's session: those two key columns
+        first, then ``columns``."""
+        return sa.Table(
+            f"{table_prefix}_{name}",
+            md,
+            sa.Column("user_id", key, nullable=False),
+            sa.Column("session_id", key, nullable=False),
+            *columns,
+            mysql_engine="InnoDB",
+            mysql_charset="utf8mb4",
+        )
+
+    sessions = scoped(
+        "sessions",
         sa.Column("last_seq", _SEQ, nullable=False),
         sa.PrimaryKeyConstraint("user_id", "session_id"),
-        **opts,
     )
-    messages = sa.Table(
-        f"{table_prefix}_messages",
-        md,
-        sa.Column("user_id", key, nullable=False),
-        sa.Column("session_id", key, nullable=False),
+    messages = scoped(
+        "messages",
         sa.Column("seq", _SEQ, nullable=False, autoincrement=False),
         sa.Column("msg_id", key, nullable=False),
         sa.Column("msg_json", _JSON_TEXT, nullable=False),
         sa.PrimaryKeyConstraint("user_id", "session_id", "seq"),
         sa.UniqueConstraint("user_id", "session_id", "msg_id", name=f"{table_prefix}_msg_uq"),
-        **opts,
     )
-    marks = sa.Table(
-        f"{table_prefix}_marks",
-        md,
-        sa.Column("user_id", key, nullable=False),
-        sa.Column("session_id", key, nullable=False),
+    marks = scoped(
+        "marks",
         sa.Column("msg_id", key, nullable=False),
         sa.Column("mark", key, nullable=False),
         sa.Column("seq", _SEQ, nullable=False),
         sa.PrimaryKeyConstraint("user_id", "session_id", "msg_id", "mark"),
         sa.Index(f"{table_prefix}_mark_ix", "user_id", "session_id", "mark", "seq"),
-        **opts,
     )
     return sessions, messages, marks
 

@@ -80,6 +80,7 @@ from mnemoscope.memory.markdown import (
     MemoryStore,
     ScanResult,
     bound_index,
+    check_full_check_interval,
     parse_index,
     parse_memory_file,
     render_hint,
@@ -191,15 +192,7 @@ class AgenticMemoryMiddleware(MiddlewareBase):
         ):
             if value < 1:
                 raise UserError(f"AgenticMemoryMiddleware: {pname} must be at least 1, got {value}")
-        if (
-            isinstance(full_check_interval, bool)
-            or not isinstance(full_check_interval, int | float)
-            or not full_check_interval >= 0
-        ):
-            raise UserError(
-                "AgenticMemoryMiddleware: full_check_interval must be a number of seconds "
-                f">= 0 (0 walks the memory directory at every reply), got {full_check_interval!r}"
-            )
+        check_full_check_interval(full_check_interval, "AgenticMemoryMiddleware")
         self.store = MemoryStore(
             str(workdir),
             backend,

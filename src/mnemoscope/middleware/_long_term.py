@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -50,20 +49,25 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from mnemoscope.errors import MemoryStoreError, UserError
 from mnemoscope.events import AgentEvent, MemoryEvent
 from mnemoscope.memory import LongTermMemoryBase, MemoryItem, RecordResult
-from mnemoscope.message import AssistantMsg, Msg, UserMsg, escape_injected
+from mnemoscope.message import AssistantMsg, Msg, UserMsg
 from mnemoscope.middleware._base import MiddlewareBase, ReplyHandler
 from mnemoscope.middleware._context import ReplyContext
-from mnemoscope.tool import FunctionTool, ToolBase, ToolContext, ToolResult
+from mnemoscope.middleware._long_term_tools import (
+    ADD_TOOL,
+    SEARCH_TOOL,
+    count_memories,
+    item_data,
+    make_tools,
+    one_line,
+    run_add_memory,
+    run_search_memory,
+)
+from mnemoscope.tool import ToolBase, ToolContext, ToolResult
 
 if TYPE_CHECKING:
     from mnemoscope.middleware._view import AgentView
 
 logger = logging.getLogger("mnemoscope.middleware.long_term")
-
-
-def _count(n: int) -> str:
-    """``"1 memory"``, ``"3 memories"``."""
-    return f"{n} memory" if n == 1 else f"{n} memories"
 
 
 _T = TypeVar("_T")
@@ -72,8 +76,6 @@ Mode = Literal["static_control", "agent_control", "both"]
 MODES: tuple[str, ...] = ("static_control", "agent_control", "both")
 
 MEMORY_MSG_NAME = "memory"
-SEARCH_TOOL = "search_memory"
-ADD_TOOL = "add_memory"
 
 NUDGE = """## Long-term memory
 You have a long-term memory that persists across conversations with this user.{tools}
@@ -89,10 +91,6 @@ _ADD_LINE = (
 _STATIC_LINE = (
     "\n- Memories relevant to the current message may already be shown as a message named 'memory'."
 )
-
-
-def _norm(text: str) -> str:
-    return re.sub(r"\s+", " ", text).strip().casefold()
 
 
 @dataclass(eq=False, repr=False)
@@ -158,7 +156,7 @@ class LongTermMemoryMiddleware(MiddlewareBase):
         self._background: set[asyncio.Task[Any]] = set()
         self.failed_background_writes = 0
         """Background writes that failed since construction (each was logged)."""
-        self._tools = self._make_tools() if self.mode != "static_control" else []
+        self._tools = make_tools(self) if self.mode != "static_control" else []
 
     # ------------------------------------------------------------- properties
     @property
@@ -274,8 +272,8 @@ class LongTermMemoryMiddleware(MiddlewareBase):
         return self._event(
             ctx.reply_id,
             "retrieve",
-            f"{_count(len(items))} injected" if items else "no relevant memories",
-            {"query": query, "items": [_item_data(i) for i in items]},
+            f"{count_memories(len(items))} injected" if items else "no relevant memories",
+            {"query": query, "items": [item_data(i) for i in items]},
         )
 
     async def _write_back(self, ctx: ReplyContext) -> MemoryEvent | None:
@@ -336,12 +334,14 @@ class LongTermMemoryMiddleware(MiddlewareBase):
 
     def _write_event(self, ctx: ReplyContext, result: RecordResult) -> MemoryEvent:
         data = {
-            "added": [_item_data(i) for i in result.added],
-            "updated": [_item_data(i) for i in result.updated],
+            "added": [item_data(i) for i in result.added],
+            "updated": [item_data(i) for i in result.updated],
             "skipped": len(result.skipped),
         }
         n = len(result.added) + len(result.updated)
-        message = f"{_count(n)} stored" if n else "the store kept nothing new from this exchange"
+        message = (
+            f"{count_memories(n)} stored" if n else "the store kept nothing new from this exchange"
+        )
         return self._event(ctx.reply_id, "write", message, data)
 
     def _event(
@@ -393,178 +393,17 @@ class LongTermMemoryMiddleware(MiddlewareBase):
         )
 
     # ------------------------------------------------------------------ tools
-    def _make_tools(self) -> list[ToolBase]:
-        mw = self
-
-        async def search_memory(
-            keywords: list[str], limit: int = 5, ctx: ToolContext | None = None
-        ) -> ToolResult:
-            """Search long-term memory about the user (facts, preferences, past decisions).
-
-            Args:
-                keywords: short, specific keywords or phrases; each is searched on its own
-                    and the results are merged.
-                limit: maximum number of memories to return.
-            """
-            return await mw.search_memory(keywords, limit, ctx)
-
-        async def add_memory(
-            thinking: str, content: list[str], ctx: ToolContext | None = None
-        ) -> ToolResult:
-            """Save durable facts to long-term memory for future conversations.
-
-            Args:
-                thinking: why these facts are worth remembering (not stored).
-                content: the facts, one standalone sentence each; each becomes its own memory.
-            """
-            return await mw.add_memory(thinking, content, ctx)
-
-        search_memory.__defaults__ = (self.top_k, None)
-        # the context parameter must be annotated with the class itself to be hidden
-        search_memory.__annotations__["ctx"] = ToolContext
-        add_memory.__annotations__["ctx"] = ToolContext
-        return [
-            FunctionTool(search_memory, is_read_only=True, auto_allow=True),
-            FunctionTool(add_memory, auto_allow=True),
-        ]
-
     async def search_memory(
         self, keywords: list[str], limit: int | None = None, ctx: ToolContext | None = None
     ) -> ToolResult:
         """The ``search_memory`` tool: each keyword its own query; merged by id, best score."""
-        limit = self.top_k if limit is None else limit
-        queries = list(dict.fromkeys(k.strip() for k in keywords if k and k.strip()))
-        if not queries:
-            return ToolResult.error("search_memory needs at least one non-empty keyword.")
-        if limit < 1:
-            return ToolResult.error(f"limit must be at least 1, got {limit}.")
-        outcomes = await asyncio.gather(
-            *(self._retrieve(q, limit) for q in queries), return_exceptions=True
-        )
-        best: dict[str, MemoryItem] = {}
-        failures: list[str] = []
-        for query, outcome in zip(queries, outcomes, strict=True):
-            if isinstance(outcome, asyncio.CancelledError):
-                raise outcome
-            if isinstance(outcome, BaseException):
-                failures.append(f"{query!r}: {outcome}")
-                continue
-            for item in outcome:
-                key = item.id or _norm(item.content)
-                kept = best.get(key)
-                if kept is None or (item.score or float("-inf")) > (kept.score or float("-inf")):
-                    best[key] = item
-        items = sorted(
-            best.values(),
-            key=lambda i: i.score if i.score is not None else float("-inf"),
-            reverse=True,
-        )
-        items = items[:limit]
-        emit = ctx.emit if ctx is not None else None
-        reply_id = ctx.reply_id if ctx is not None else ""
-        if failures and len(failures) == len(queries):
-            message = "search_memory failed for every keyword: " + "; ".join(failures)
-            logger.warning("%s: %s", self.name, message)
-            if emit is not None:
-                emit(self._event(reply_id, "error", message, {"phase": "search_memory"}))
-            return ToolResult.error(message + ". Nothing was found; do not assume memory is empty.")
-        if emit is not None:
-            emit(
-                self._event(
-                    reply_id,
-                    "error" if failures else "retrieve",
-                    f"search_memory: {_count(len(items))}"
-                    + (f"; failed: {'; '.join(failures)}" if failures else ""),
-                    {
-                        "keywords": queries,
-                        "items": [_item_data(i) for i in items],
-                        "phase": "search_memory",
-                    },
-                )
-            )
-        lines = [
-            f"{len(items)} memories for {', '.join(map(repr, queries))}:"
-            if items
-            else f"No memories found for {', '.join(map(repr, queries))}."
-        ]
-        lines += [
-            f"- {_one_line(i.content)}" + (f" (score {i.score:.2f})" if i.score is not None else "")
-            for i in items
-        ]
-        if failures:
-            lines.append(
-                "Warning: these searches failed, results may be incomplete: " + "; ".join(failures)
-            )
-        return ToolResult(output="\n".join(lines), metadata={"ids": [i.id for i in items]})
+        return await run_search_memory(self, keywords, limit, ctx)
 
     async def add_memory(
         self, thinking: str, content: list[str], ctx: ToolContext | None = None
     ) -> ToolResult:
         """The ``add_memory`` tool: each sentence of ``content`` becomes its own memory."""
-        sentences = list(dict.fromkeys(s.strip() for s in content if s and s.strip()))
-        if not sentences:
-            return ToolResult.error("add_memory got no content: nothing was stored.")
-        outcomes = await asyncio.gather(
-            *(self._add_one(s) for s in sentences), return_exceptions=True
-        )
-        stored: list[tuple[str, list[MemoryItem]]] = []
-        known: list[str] = []
-        failed: list[str] = []
-        for sentence, outcome in zip(sentences, outcomes, strict=True):
-            if isinstance(outcome, asyncio.CancelledError):
-                raise outcome
-            if isinstance(outcome, BaseException):
-                failed.append(f"{sentence!r}: {outcome}")
-            elif outcome is None:
-                known.append(sentence)
-            elif outcome.stored_anything:
-                stored.append((sentence, outcome.added + outcome.updated))
-            else:
-                failed.append(f"{sentence!r}: the store kept nothing")
-        lines: list[str] = []
-        if stored:
-            lines.append(f"Stored {len(stored)} of {len(sentences)} memories:")
-            lines += [f"- {s}" for s, _ in stored]
-        if known:
-            lines.append("Already in memory (not stored again):")
-            lines += [f"- {s}" for s in known]
-        if failed:
-            lines.append("NOT stored:")
-            lines += [f"- {f}" for f in failed]
-        message = "\n".join(lines)
-        emit = ctx.emit if ctx is not None else None
-        reply_id = ctx.reply_id if ctx is not None else ""
-        if failed:
-            logger.warning(
-                "%s: add_memory did not store everything: %s", self.name, "; ".join(failed)
-            )
-        if emit is not None:
-            emit(
-                self._event(
-                    reply_id,
-                    "error" if failed else "write",
-                    message,
-                    {
-                        "phase": "add_memory",
-                        "added": [_item_data(i) for _, items in stored for i in items],
-                        "already_known": known,
-                        "failed": failed,
-                    },
-                )
-            )
-        ids = [i.id for _, items in stored for i in items]
-        return ToolResult(output=message, is_error=bool(failed), metadata={"ids": ids})
-
-    async def _add_one(self, sentence: str) -> RecordResult | None:
-        """Store one sentence; ``None`` when an identical memory already exists."""
-        try:
-            hits = await self._retrieve(sentence, 3)
-        except Exception as exc:  # the duplicate check is an optimisation
-            logger.info("%s: duplicate check failed, storing anyway: %s", self.name, exc)
-            hits = []
-        if any(_norm(h.content) == _norm(sentence) for h in hits):
-            return None
-        return await self._record(sentence, infer=self.tool_infer)
+        return await run_add_memory(self, thinking, content, ctx)
 
     def __repr__(self) -> str:
         return (
@@ -578,15 +417,5 @@ def format_memories(items: list[MemoryItem]) -> str:
     lines = [
         "Long-term memories that may be relevant to the next message (from earlier conversations):"
     ]
-    lines += [f"- {_one_line(i.content)}" for i in items]
+    lines += [f"- {one_line(i.content)}" for i in items]
     return "\n".join(lines)
-
-
-def _one_line(content: str) -> str:
-    """A memory as one list item: folded onto one line, wrapper delimiters neutralised, so a
-    stored text cannot add lines of its own or end a wrapper around the list."""
-    return escape_injected(content, one_line=True)
-
-
-def _item_data(item: MemoryItem) -> dict[str, Any]:
-    return {"id": item.id, "content": item.content, "score": item.score}

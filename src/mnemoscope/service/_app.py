@@ -137,6 +137,12 @@ _SSE: dict[int | str, dict[str, Any]] = {
 }
 
 
+def _retry_soon(detail: str) -> Response:
+    """503 with ``Retry-After: 1``: the request may succeed if sent again (to this process
+    in a second, or to another one)."""
+    return JSONResponse({"detail": detail}, status_code=503, headers={"Retry-After": "1"})
+
+
 class _UnauthorizedError(Exception):
     pass
 
@@ -279,11 +285,7 @@ def create_app(
 
     @app.exception_handler(ServiceStoreError)
     async def _store_down(_r: Request, e: Exception) -> Response:
-        return JSONResponse(
-            {"detail": f"the service store is unavailable: {e}"},
-            status_code=503,
-            headers={"Retry-After": "1"},
-        )
+        return _retry_soon(f"the service store is unavailable: {e}")
 
     @app.exception_handler(UserError)
     async def _misconfigured(_r: Request, e: Exception) -> Response:
@@ -292,11 +294,7 @@ def create_app(
 
     @app.exception_handler(ShuttingDownError)
     async def _stopping(_r: Request, _e: Exception) -> Response:
-        return JSONResponse(
-            {"detail": "the server is shutting down; retry on another process"},
-            status_code=503,
-            headers={"Retry-After": "1"},
-        )
+        return _retry_soon("the server is shutting down; retry on another process")
 
     # ------------------------------------------------------------------ health
     @app.get("/healthz", tags=["health"])

@@ -32,6 +32,7 @@ import time
 from typing import Any
 
 from mnemoscope._optional import require
+from mnemoscope._redact import redact_text
 from mnemoscope.errors import ServiceStoreError, UserError
 from mnemoscope.service._store import (
     Acquired,
@@ -44,6 +45,7 @@ from mnemoscope.service._store import (
     ServiceStoreBase,
     SessionInfo,
     StoredEvent,
+    retry_once_if_dropped,
 )
 
 asyncpg = require("asyncpg", extra="sql", feature="PostgresServiceStore")
@@ -215,8 +217,8 @@ class PostgresServiceStore(ServiceStoreBase):
     # ------------------------------------------------------------------ plumbing
     @property
     def url_safe(self) -> str:
-        head, _, tail = self.dsn.rpartition("@")
-        return f"postgresql://***@{tail}" if head else self.dsn
+        """The URL to show: password and secret query values (``?password=``) masked."""
+        return redact_text(self.dsn)
 
     async def open(self) -> None:
         if self._pool is not None:
@@ -254,20 +256,19 @@ class PostgresServiceStore(ServiceStoreBase):
     async def _do(self, what: str, op: Any, *, retry: bool = True) -> Any:
         if self._pool is None:
             await self.open()
-        for attempt in (1, 2):
-            try:
-                async with self._pool.acquire() as conn:
-                    return await op(conn)
-            except _RETRYABLE as exc:
-                if attempt == 2 or not retry:
-                    raise ServiceStoreError(
-                        f"PostgreSQL at {self.url_safe} failed to {what}: {exc}"
-                    ) from exc
-            except asyncpg.PostgresError as exc:
-                raise ServiceStoreError(
-                    f"PostgreSQL at {self.url_safe} failed to {what}: {exc}"
-                ) from exc
-        raise AssertionError("unreachable")
+
+        async def on_a_connection() -> Any:
+            async with self._pool.acquire() as conn:
+                return await op(conn)
+
+        return await retry_once_if_dropped(
+            on_a_connection,
+            server=f"PostgreSQL at {self.url_safe}",
+            what=what,
+            retry=retry,
+            dropped=_RETRYABLE,
+            failed=(asyncpg.PostgresError,),
+        )
 
     def _t(self, name: str) -> str:
         return f"{self.table_prefix}_{name}"

@@ -37,7 +37,7 @@ import time
 from typing import Any
 
 from mnemoscope._optional import require
-from mnemoscope.errors import ServiceStoreError
+from mnemoscope._redact import redact_text
 from mnemoscope.service._store import (
     Acquired,
     AcquireResult,
@@ -49,6 +49,7 @@ from mnemoscope.service._store import (
     ServiceStoreBase,
     SessionInfo,
     StoredEvent,
+    retry_once_if_dropped,
 )
 
 redis_asyncio = require("redis.asyncio", extra="redis", feature="RedisServiceStore")
@@ -190,25 +191,34 @@ class RedisServiceStore(ServiceStoreBase):
     async def _do(self, what: str, op: Any, *, retry: bool = True) -> Any:
         """Run ``op()``; a dropped connection is retried once when ``retry`` (the call is
         harmless to repeat), then reported as :class:`ServiceStoreError`."""
-        for attempt in (1, 2):
-            try:
-                return await op()
-            except (RedisConnectionError, RedisTimeoutError) as exc:
-                if attempt == 2 or not retry:
-                    raise ServiceStoreError(
-                        f"Redis at {self.url_safe} failed to {what}: {exc}"
-                    ) from exc
-            except RedisError as exc:
-                raise ServiceStoreError(
-                    f"Redis at {self.url_safe} failed to {what}: {exc}"
-                ) from exc
-        raise AssertionError("unreachable")
+        return await retry_once_if_dropped(
+            op,
+            server=f"Redis at {self.url_safe}",
+            what=what,
+            retry=retry,
+            dropped=(RedisConnectionError, RedisTimeoutError),
+            failed=(RedisError,),
+        )
+
+    async def _hgetall_each(self, what: str, keys: list[str]) -> list[dict[str, str]]:
+        """``HGETALL`` of every key in one round trip (a pipeline, not a transaction), in
+        order; a missing key gives ``{}``."""
+        if not keys:
+            return []
+
+        async def op() -> list[dict[str, str]]:
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.hgetall(key)
+            return list(await pipe.execute())
+
+        result: list[dict[str, str]] = await self._do(what, op)
+        return result
 
     @property
     def url_safe(self) -> str:
-        """The URL without a password."""
-        head, _, tail = self.url.rpartition("@")
-        return f"{self.url.split('://', 1)[0]}://***@{tail}" if head else self.url
+        """The URL to show: password and secret query values (``?password=``) masked."""
+        return redact_text(self.url)
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -236,19 +246,17 @@ class RedisServiceStore(ServiceStoreBase):
         ids = await self._do(
             "list sessions", lambda: self.client.zrange(self._index(user_id), 0, -1)
         )
-        out = []
-        for sid in ids:
-            info = await self.get_session(user_id, sid)
-            if info is not None:
-                out.append(info)
-        return out
+        keys = [self._base(user_id, sid) + ":session" for sid in ids]
+        found = await self._hgetall_each("read the sessions", keys)
+        # a session deleted between the two steps has an empty hash: left out
+        return [
+            _session_info(user_id, sid, data) for sid, data in zip(ids, found, strict=True) if data
+        ]
 
     async def get_session(self, user_id: str, session_id: str) -> SessionInfo | None:
         key = self._base(user_id, session_id) + ":session"
         data = await self._do("read a session", lambda: self.client.hgetall(key))
-        if not data:
-            return None
-        return SessionInfo(user_id, session_id, float(data["created_at"]), data.get("title", ""))
+        return _session_info(user_id, session_id, data) if data else None
 
     async def delete_session(self, user_id: str, session_id: str, token: int) -> bool:
         base = self._base(user_id, session_id)
@@ -348,14 +356,11 @@ class RedisServiceStore(ServiceStoreBase):
         return _reply_info(reply_id, data) if data else None
 
     async def list_replies(self, user_id: str, session_id: str) -> list[ReplyInfo]:
-        key = self._base(user_id, session_id) + ":replies"
-        ids = await self._do("list replies", lambda: self.client.zrange(key, 0, -1))
-        out = []
-        for rid in ids:
-            info = await self.get_reply(user_id, session_id, rid)
-            if info is not None:
-                out.append(info)
-        return out
+        base = self._base(user_id, session_id)
+        ids = await self._do("list replies", lambda: self.client.zrange(f"{base}:replies", 0, -1))
+        found = await self._hgetall_each("read the replies", [f"{base}:reply:{r}" for r in ids])
+        # a reply deleted between the two steps has an empty hash: left out
+        return [_reply_info(rid, data) for rid, data in zip(ids, found, strict=True) if data]
 
     async def read_events(
         self, user_id: str, session_id: str, reply_id: str, after: int, wait: float
@@ -375,6 +380,10 @@ class RedisServiceStore(ServiceStoreBase):
             StoredEvent(int(entry_id.split("-", 1)[1]), fields["type"], fields["data"])
             for entry_id, fields in entries
         ]
+
+
+def _session_info(user_id: str, session_id: str, data: dict[str, str]) -> SessionInfo:
+    return SessionInfo(user_id, session_id, float(data["created_at"]), data.get("title", ""))
 
 
 def _reply_info(reply_id: str, data: dict[str, str]) -> ReplyInfo:

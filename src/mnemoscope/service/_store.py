@@ -32,10 +32,11 @@ from __future__ import annotations
 import asyncio
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
-from mnemoscope.errors import UserError
+from mnemoscope.errors import ServiceStoreError, UserError
 
 ReplyStatus = Literal["running", "done", "failed", "cancelled"]
 
@@ -93,6 +94,35 @@ class StoredEvent:
     seq: int
     type: str
     data: str
+
+
+_T = TypeVar("_T")
+
+
+async def retry_once_if_dropped(
+    op: Callable[[], Awaitable[_T]],
+    *,
+    server: str,
+    what: str,
+    retry: bool,
+    dropped: tuple[type[BaseException], ...],
+    failed: tuple[type[BaseException], ...],
+) -> _T:
+    """Run ``op()`` against a store's server, as every call of a networked store does.
+
+    A lost connection (one of ``dropped``) runs ``op`` once more when ``retry`` says the
+    call is harmless to repeat. What still fails, and any other error of the driver (one
+    of ``failed``), becomes a :class:`ServiceStoreError`: "``server`` failed to ``what``".
+    """
+    for attempt in (1, 2):
+        try:
+            return await op()
+        except dropped as exc:
+            if attempt == 2 or not retry:
+                raise ServiceStoreError(f"{server} failed to {what}: {exc}") from exc
+        except failed as exc:
+            raise ServiceStoreError(f"{server} failed to {what}: {exc}") from exc
+    raise AssertionError("unreachable")
 
 
 class ServiceStoreBase(ABC):

@@ -44,6 +44,7 @@ from mnemoscope.memory.markdown._store import (
     MAX_INDEX_BYTES,
     MAX_INDEX_LINE_CHARS,
     MemoryStore,
+    check_full_check_interval,
 )
 from mnemoscope.memory.markdown._walk import MAX_MEMORY_FILE_BYTES
 
@@ -69,6 +70,7 @@ __all__ = [
     "RankerDoc",
     "ScanResult",
     "bound_index",
+    "check_full_check_interval",
     "diagnose",
     "format_age",
     "parse_frontmatter",

@@ -33,6 +33,7 @@ from mnemoscope.memory.markdown._walk import (
     RawEntry,
     bump_generation,
     is_racy,
+    needs_no_read,
 )
 from mnemoscope.memory.markdown._walk import linked as _linked
 
@@ -269,10 +270,7 @@ class MemoryDirectory:
                     continue
                 if e.type != "file" or not e.name.endswith(".md") or rel == INDEX_FILENAME:
                     continue
-                cached = cache.get(rel)
-                if (cached is not None and cached[:2] == (e.mtime_ns, e.size)) or (
-                    e.size > MAX_MEMORY_FILE_BYTES
-                ):
+                if needs_no_read(cache, rel, e.mtime_ns, e.size):
                     out.append((rel, e.mtime_ns, e.size, None))
                     continue
                 try:

@@ -101,6 +101,20 @@ MAX_INDEX_LINE_CHARS = 1_000
 """Index lines longer than this are cut (and reported as cut)."""
 
 
+def check_full_check_interval(value: object, owner: str) -> float:
+    """``value`` as the seconds between full scans (a number >= 0; ``True`` is refused).
+
+    Raises:
+        UserError: naming ``owner`` (the class that was given it) and the parameter.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise UserError(
+            f"{owner}: full_check_interval must be a number of seconds >= 0 "
+            f"(0 walks the memory directory at every reply), got {value!r}"
+        )
+    return float(value)
+
+
 class MemoryStore(MemoryDirectory):
     """One memory directory, ``<workdir>/<memory_dirname>``.
 
@@ -126,16 +140,7 @@ class MemoryStore(MemoryDirectory):
         full_check_interval: float = DEFAULT_FULL_CHECK_INTERVAL,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        if (
-            isinstance(full_check_interval, bool)
-            or not isinstance(full_check_interval, int | float)
-            or not full_check_interval >= 0
-        ):
-            raise UserError(
-                "MemoryStore: full_check_interval must be a number of seconds >= 0 "
-                f"(0 walks the directory at every reply), got {full_check_interval!r}"
-            )
-        self.full_check_interval = float(full_check_interval)
+        self.full_check_interval = check_full_check_interval(full_check_interval, "MemoryStore")
         self.clock: Callable[[], float] = clock or time.monotonic
         """The clock of ``full_check_interval`` (replaceable, e.g. by a test's fake clock)."""
         self.full_scans = 0

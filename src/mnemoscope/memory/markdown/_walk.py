@@ -201,10 +201,7 @@ def _walk(
                     continue  # links, devices, FIFOs, sockets, other files
                 if rel == INDEX_FILENAME or len(out) >= MAX_FILES:
                     continue
-                cached = cache.get(rel)
-                if (cached is not None and cached[:2] == (st.st_mtime_ns, st.st_size)) or (
-                    st.st_size > MAX_MEMORY_FILE_BYTES
-                ):
+                if needs_no_read(cache, rel, st.st_mtime_ns, st.st_size):
                     out.append((rel, st.st_mtime_ns, st.st_size, None))
                     continue
                 text = _read_entry(dfd, name)
@@ -221,6 +218,14 @@ def _walk(
         return racy
     finally:
         os.close(dfd)
+
+
+def needs_no_read(cache: ParseCache, rel: str, mtime_ns: int, size: int) -> bool:
+    """Whether a listed file is kept without reading it: its parse is cached at this
+    ``mtime_ns`` and ``size``, or it is larger than :data:`MAX_MEMORY_FILE_BYTES` (the
+    caller keeps it with no text)."""
+    cached = cache.get(rel)
+    return (cached is not None and cached[:2] == (mtime_ns, size)) or size > MAX_MEMORY_FILE_BYTES
 
 
 def _read_entry(dfd: int, name: str) -> str | None:
