@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 # imported before mem0: it turns mem0's telemetry off (no network in tests)
-from mnemoscope.memory._mem0 import QDRANT_CLIENTS, Mem0LongTermMemory
+from mnemoscope.memory._mem0 import _REAPER, QDRANT_CLIENTS, Mem0LongTermMemory
 
 pytest.importorskip("mem0", reason="the 'mem0' extra (mem0ai) is not installed")
 
@@ -163,6 +163,7 @@ def test_seed_quick_start_runs(path: str, monkeypatch: pytest.MonkeyPatch) -> No
         monkeypatch.setenv("MNEMOSCOPE_MEM0_PATH", path)
         exec(compile(SEED_QUICK_START, "seed_quick_start.py", "exec"), {"__name__": "__main__"})
         gc.collect()  # the seed never closes its middleware: the finalizer releases it
+        assert _REAPER.wait(30)  # in the cleanup thread (a finalizer takes no lock)
         chats = [r for r in server.requests if r.path.endswith("/chat/completions")]
         embeds = [r for r in server.requests if r.path.endswith("/embeddings")]
     assert len(chats) == 2  # the agent's answer, then mem0's extraction

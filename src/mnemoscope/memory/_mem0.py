@@ -46,9 +46,13 @@ first with the variable unset, a warning says telemetry is on.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import queue
 import sys
+import threading
+import time
 import warnings
 import weakref
 from collections.abc import Sequence
@@ -112,6 +116,75 @@ def _cleanup(
         if bridge is not None:
             bridge.detach(*models)
             bridge.release()
+
+
+class _Reaper:
+    """Cleans up, in its own thread, the stores the garbage collector found unreachable.
+
+    A finalizer runs wherever the collector interrupts the program, possibly inside a
+    call that holds the Qdrant registry's or the bridge's lock; taking that lock again
+    there would deadlock the thread. So the finalizer only queues the work (a
+    ``SimpleQueue.put`` takes no lock) and this thread does it. At exit what is still
+    queued runs inline.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._exiting = False
+        self._queued: list[None] = []  # one entry per queued cleanup (append takes no lock)
+        self._done = 0
+
+    def start(self) -> None:
+        """Start the thread (when a store is built: never from a finalizer)."""
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._serve, name="mnemoscope-mem0-cleanup", daemon=True
+                )
+                self._thread.start()
+
+    def later(self, *args: Any) -> None:
+        """The finalizer of a store: queue its cleanup (inline once the process exits)."""
+        if self._exiting:
+            self._run(args)
+        else:
+            self._queued.append(None)
+            self._jobs.put(args)
+
+    def _run(self, args: tuple[Any, ...]) -> None:
+        try:
+            _cleanup(*args)
+        except Exception as exc:  # nobody to report to but the log
+            logger.warning("cleaning up a Mem0LongTermMemory that was never closed: %s", exc)
+
+    def _serve(self) -> None:
+        while True:
+            self._run(self._jobs.get())
+            self._done += 1  # only this thread writes it
+
+    def wait(self, timeout: float = 30.0) -> bool:
+        """Wait until every cleanup queued so far is done; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while self._done < len(self._queued):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+        return True
+
+    def at_exit(self) -> None:
+        self._exiting = True
+        while True:
+            try:
+                args = self._jobs.get_nowait()
+            except queue.Empty:
+                return
+            self._run(args)
+
+
+_REAPER = _Reaper()
+atexit.register(_REAPER.at_exit)
 
 
 # ---------------------------------------------------------------------- the store
@@ -257,8 +330,9 @@ class Mem0LongTermMemory(LongTermMemoryBase):
         self.embedding_model = embedding_model
         models = tuple(m for m in (chat_model, embedding_model) if m is not None)
         BRIDGE.attach(*models)
+        _REAPER.start()
         self._finalizer = weakref.finalize(
-            self, _cleanup, memory, BRIDGE if bridged else None, qdrant_key, models
+            self, _REAPER.later, memory, BRIDGE if bridged else None, qdrant_key, models
         )
 
     def _prepare_vector_store(
@@ -405,8 +479,10 @@ class Mem0LongTermMemory(LongTermMemoryBase):
     def close_sync(self) -> None:
         """:meth:`aclose` for synchronous code (nothing in it awaits). Safe to call twice."""
         self._closed = True
-        if self._finalizer is not None:
-            self._finalizer()
+        # now, in this thread: the caller may reopen the Qdrant directory next
+        found = self._finalizer.detach() if self._finalizer is not None else None
+        if found is not None:
+            _cleanup(*found[2])
 
     def _check_open(self) -> None:
         if self._closed and self.owns_client:

@@ -13,10 +13,12 @@ same as on the SQLAlchemy path, so both paths, and other processes, can share a 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import queue
 import sqlite3
+import threading
 import weakref
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from sqlalchemy import event
@@ -68,7 +70,14 @@ class SQLiteWorker:
         self._path, self._uri, self._configure = path, uri, configure
         self._busy_ms = busy_timeout_ms
         self._conn: sqlite3.Connection | None = None
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="mnemoscope-sqlite")
+        # a SimpleQueue, not a ThreadPoolExecutor: its put takes no lock, so close() is
+        # safe from a finalizer that the garbage collector runs in the middle of other
+        # code (an executor's submit holds a module-wide lock: a finalizer calling
+        # submit inside a submit deadlocked the thread, and with it the process)
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._start = threading.Lock()
+        self._closed = False
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -86,26 +95,96 @@ class SQLiteWorker:
             self._conn = conn
         return self._conn
 
-    def _call(self, fn: Callable[..., _T], args: tuple[Any, ...]) -> _T:
-        return fn(self._connection(), *args)
+    def _serve(self) -> None:
+        """The worker thread: run jobs in order until :meth:`close` queues the end."""
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
+                self._refuse_late_jobs()
+                return
+            fn, args, loop, future = job
+            try:
+                result = fn(self._connection(), *args)
+            except BaseException as exc:  # handed to the awaiting coroutine
+                _settle_soon(loop, future, None, exc)
+            else:
+                _settle_soon(loop, future, result, None)
+
+    def _refuse_late_jobs(self) -> None:
+        # a job queued behind the end (a close racing a call) fails instead of waiting
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                return
+            if job is not None:
+                error = RuntimeError(f"the SQLite worker of {self._path!r} is closed")
+                _settle_soon(job[2], job[3], None, error)
 
     async def run(self, fn: Callable[..., _T], *args: Any) -> _T:
         """``fn(connection, *args)`` in the worker thread."""
+        if self._closed:
+            raise RuntimeError(f"the SQLite worker of {self._path!r} is closed")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._call, fn, args)
+        future: asyncio.Future[Any] = loop.create_future()
+        if self._thread is None:
+            with self._start:
+                if self._thread is None:
+                    thread = threading.Thread(
+                        target=self._serve, name="mnemoscope-sqlite", daemon=True
+                    )
+                    thread.start()
+                    self._thread = thread
+                    _RUNNING.add(self)
+        self._jobs.put((fn, args, loop, future))
+        result: _T = await future
+        return result
 
-    def _close_conn(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+    def close(self, wait: float | None = None) -> None:
+        """Close the connection (in its thread) once queued work is done, then end the
+        thread. Idempotent; safe from a finalizer. ``wait``: seconds to wait for that."""
+        if not self._closed:
+            self._closed = True
+            self._jobs.put(None)
+        thread = self._thread
+        if wait is not None and thread is not None and thread is not threading.current_thread():
+            thread.join(wait)
 
-    def close(self) -> None:
-        """Close the connection (in its thread) and stop the thread."""
-        try:
-            self._executor.submit(self._close_conn)
-        except RuntimeError:  # already shut down
+
+_Job = tuple[Callable[..., Any], tuple[Any, ...], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
+
+
+def _settle_soon(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[Any],
+    result: Any,
+    error: BaseException | None,
+) -> None:
+    def settle() -> None:
+        if future.done():  # the awaiting task was cancelled
             return
-        self._executor.shutdown(wait=False)
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    try:
+        loop.call_soon_threadsafe(settle)
+    except RuntimeError:  # the loop is closed: nobody is waiting any more
+        pass
+
+
+# workers with a thread; at exit each finishes its queued work and closes its connection
+_RUNNING: weakref.WeakSet[SQLiteWorker] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_running() -> None:
+    for worker in list(_RUNNING):
+        worker.close(wait=5.0)
 
 
 # one worker per engine: memories of many sessions on one engine share it
