@@ -108,6 +108,10 @@ async def test_a_delete_removes_the_memory_and_keeps_its_history_for_its_owner(
     page = await client.get("/memory/item", params={"id": mid}, headers=ALICE)
     assert page.status_code == 200 and "This memory was deleted" in page.text
     assert "ltm.delete" in page.text and "Alice prefers green tea." in page.text
+    # mem0's own history of the deleted memory, not just the audit log's copy of its text
+    history = page.text.split('<table class="history">')[1].split("</table>")[0]
+    assert re.findall(r"<span class=\"badge[^\"]*\">(\w+)</span>", history) == ["add", "delete"]
+    assert "Alice prefers green tea." in history
     # mem0 keeps no owner for a deleted memory: only the user who deleted it sees it
     theirs = await client.get("/memory/item", params={"id": mid}, headers=BOB)
     assert theirs.status_code == 404 and "green tea" not in theirs.text

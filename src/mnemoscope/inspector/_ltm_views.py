@@ -4,12 +4,13 @@ Example::
 
     view = long_term_view(LocalLongTermMemory("ltm.db"))    # or a Mem0LongTermMemory
     items = await view.memories("alice", limit=100, offset=0)
-    await view.update(items[0].id, "Alice prefers oolong.")
+    await view.update(items[0].id, "Alice prefers oolong.", user_id="alice")
 
-The pages check ownership themselves (``item.user_id``); these views only read and write.
-Every item is a :class:`~mnemoscope.memory.MemoryItem` (the native store's
-``StoredMemoryItem`` adds ``status`` and ``superseded_by``) and every history entry a
-:class:`~mnemoscope.memory.HistoryEntry`, whichever store they come from.
+Every call is scoped to one user: a memory of another user is "not found", as in the
+stores' own management calls (``get``/``list``/``update``/``delete``/``history``), which
+the views use. Every item is a :class:`~mnemoscope.memory.MemoryItem`
+(the native store's ``StoredMemoryItem`` adds ``status`` and ``superseded_by``) and every
+history entry a :class:`~mnemoscope.memory.HistoryEntry`, whichever store they come from.
 
 mem0 updates a memory in place: there is no separate superseding memory, and its history
 (mem0's own ``history`` table) shows each text and the text that replaced it. That table
@@ -22,24 +23,15 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-import uuid
 from abc import ABC, abstractmethod
-from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
-from mnemoscope._redact import redact_text
-from mnemoscope.errors import MemoryStoreError, UserError
+from mnemoscope.errors import UserError
 from mnemoscope.memory import HistoryEntry, LocalLongTermMemory, Mem0LongTermMemory, MemoryItem
-
-_MEM0_EVENTS: dict[str, Literal["add", "update", "delete"]] = {
-    "ADD": "add",
-    "UPDATE": "update",
-    "DELETE": "delete",
-}
 
 
 class LongTermViewBase(ABC):
-    """What the memory pages need from a long-term store."""
+    """What the memory pages need from a long-term store, scoped to one user."""
 
     kind: str
     """Shown on the pages: ``native store`` or ``mem0``."""
@@ -47,8 +39,9 @@ class LongTermViewBase(ABC):
     """How :meth:`memories` orders the memories, said on the page."""
 
     @abstractmethod
-    async def get(self, memory_id: str) -> MemoryItem | None:
-        """A memory of any user by id (superseded and expired ones too), or ``None``."""
+    async def get(self, memory_id: str, *, user_id: str) -> MemoryItem | None:
+        """The user's memory (superseded and expired ones too), or ``None`` (unknown, or
+        another user's)."""
 
     @abstractmethod
     async def deleted_owner(self, memory_id: str) -> str | None:
@@ -63,8 +56,14 @@ class LongTermViewBase(ABC):
         """The store's own retrieval for ``query`` among the user's memories."""
 
     @abstractmethod
-    async def history(self, memory_id: str) -> list[HistoryEntry]:
-        """What happened to a memory, oldest first."""
+    async def history(
+        self, memory_id: str, *, user_id: str, include_deleted: bool = False
+    ) -> list[HistoryEntry]:
+        """What happened to the user's memory, oldest first (empty for another user's).
+
+        ``include_deleted``: the caller knows a memory that no longer exists was this
+        user's (see :meth:`deleted_owner` and the audit log); show its history.
+        """
 
     async def superseded_by(self, user_id: str, memory_id: str) -> list[MemoryItem]:
         """The user's memories that ``memory_id`` replaced (none for stores that update
@@ -75,12 +74,12 @@ class LongTermViewBase(ABC):
         """Raise :class:`UserError` when an edit would lose something (e.g. a vector)."""
 
     @abstractmethod
-    async def update(self, memory_id: str, content: str) -> MemoryItem:
-        """Replace a memory's text. Raises ``KeyError`` when it does not exist."""
+    async def update(self, memory_id: str, content: str, *, user_id: str) -> MemoryItem:
+        """Replace the text of the user's memory. Raises ``KeyError`` when it has none."""
 
     @abstractmethod
-    async def delete(self, memory_id: str) -> bool:
-        """Delete a memory; ``False`` when it did not exist."""
+    async def delete(self, memory_id: str, *, user_id: str) -> bool:
+        """Delete the user's memory; ``False`` when it has none."""
 
     @abstractmethod
     async def aclose(self) -> None:
@@ -89,7 +88,8 @@ class LongTermViewBase(ABC):
 
 class NativeLongTermView(LongTermViewBase):
     """:class:`~mnemoscope.memory.LocalLongTermMemory`: superseded memories and their
-    links, history with the owner of every event."""
+    links, history with the owner of every event. Its management calls take no user, so
+    the view checks the owner of every memory it reads or changes."""
 
     kind = "native store"
     order = "oldest first"
@@ -97,8 +97,9 @@ class NativeLongTermView(LongTermViewBase):
     def __init__(self, store: LocalLongTermMemory) -> None:
         self.store = store
 
-    async def get(self, memory_id: str) -> MemoryItem | None:
-        return await self.store.get(memory_id, include_expired=True)
+    async def get(self, memory_id: str, *, user_id: str) -> MemoryItem | None:
+        item = await self.store.get(memory_id, include_expired=True)
+        return item if item is not None and item.user_id == user_id else None
 
     async def deleted_owner(self, memory_id: str) -> str | None:
         path = self.store.path
@@ -115,7 +116,16 @@ class NativeLongTermView(LongTermViewBase):
     async def search(self, query: str, user_id: str, *, limit: int) -> list[MemoryItem]:
         return await self.store.retrieve(query, user_id=user_id, limit=limit)
 
-    async def history(self, memory_id: str) -> list[HistoryEntry]:
+    async def history(
+        self, memory_id: str, *, user_id: str, include_deleted: bool = False
+    ) -> list[HistoryEntry]:
+        item = await self.store.get(memory_id, include_expired=True)
+        if item is None:
+            owner = await self.deleted_owner(memory_id)
+            if owner != user_id and not (owner is None and include_deleted):
+                return []
+        elif item.user_id != user_id:
+            return []
         return await self.store.history(memory_id)
 
     async def superseded_by(self, user_id: str, memory_id: str) -> list[MemoryItem]:
@@ -134,10 +144,14 @@ class NativeLongTermView(LongTermViewBase):
                 "inspector with that embedder (mnemoscope inspect --embedding ...)"
             )
 
-    async def update(self, memory_id: str, content: str) -> MemoryItem:
+    async def update(self, memory_id: str, content: str, *, user_id: str) -> MemoryItem:
+        if await self.get(memory_id, user_id=user_id) is None:
+            raise KeyError(memory_id)
         return await self.store.update(memory_id, content)
 
-    async def delete(self, memory_id: str) -> bool:
+    async def delete(self, memory_id: str, *, user_id: str) -> bool:
+        if await self.get(memory_id, user_id=user_id) is None:
+            return False
         return await self.store.delete(memory_id)
 
     async def aclose(self) -> None:
@@ -146,7 +160,7 @@ class NativeLongTermView(LongTermViewBase):
 
 class Mem0LongTermView(LongTermViewBase):
     """A :class:`~mnemoscope.memory.Mem0LongTermMemory` over the open-source
-    ``mem0.AsyncMemory`` (its ``get``, ``get_all``, ``update``, ``delete``, ``history``)."""
+    ``mem0.AsyncMemory``, through the store's own user-scoped management calls."""
 
     kind = "mem0"
     order = "in mem0's order"
@@ -158,68 +172,31 @@ class Mem0LongTermView(LongTermViewBase):
                 "Qdrant path); memories of the hosted mem0 Platform are in its own dashboard"
             )
         self.store = store
-        self.client = store.client
 
-    async def _call(self, what: str, awaitable: Any) -> Any:
-        try:
-            return await awaitable
-        except Exception as exc:  # mem0 raises plain exceptions: say which call failed
-            raise MemoryStoreError(
-                redact_text(f"mem0 {what} failed: {type(exc).__name__}: {exc}")
-            ) from exc
-
-    async def get(self, memory_id: str) -> MemoryItem | None:
-        if not _is_uuid(memory_id):  # mem0's ids are UUIDs; Qdrant rejects anything else
-            return None
-        row = await self._call("get", self.client.get(memory_id))
-        return None if row is None else _mem0_item(row)
+    async def get(self, memory_id: str, *, user_id: str) -> MemoryItem | None:
+        return await self.store.get(memory_id, user_id=user_id, include_expired=True)
 
     async def deleted_owner(self, memory_id: str) -> str | None:
         return None  # mem0's history table has no user id
 
     async def memories(self, user_id: str, *, limit: int, offset: int) -> list[MemoryItem]:
-        response = await self._call(
-            "get_all", self.client.get_all(filters={"user_id": user_id}, top_k=offset + limit)
+        return await self.store.list(
+            user_id=user_id, include_expired=True, limit=limit, offset=offset
         )
-        rows = response.get("results", []) if isinstance(response, dict) else response
-        return [_mem0_item(r) for r in rows[offset:]]
 
     async def search(self, query: str, user_id: str, *, limit: int) -> list[MemoryItem]:
-        items: list[MemoryItem] = await self.store.retrieve(query, user_id=user_id, limit=limit)
-        return items
+        return await self.store.retrieve(query, user_id=user_id, limit=limit)
 
-    async def history(self, memory_id: str) -> list[HistoryEntry]:
-        if not _is_uuid(memory_id):
-            return []
-        rows = await self._call("history", self.client.history(memory_id))
-        return [
-            HistoryEntry(
-                memory_id=memory_id,
-                event=_MEM0_EVENTS.get(str(r.get("event", "")).upper(), "update"),
-                old_content=r.get("old_memory"),
-                new_content=r.get("new_memory"),
-                at=_when(r.get("updated_at") or r.get("created_at")),
-            )
-            for r in rows
-        ]
+    async def history(
+        self, memory_id: str, *, user_id: str, include_deleted: bool = False
+    ) -> list[HistoryEntry]:
+        return await self.store.history(memory_id, user_id=user_id, include_deleted=include_deleted)
 
-    async def update(self, memory_id: str, content: str) -> MemoryItem:
-        text = content.strip()
-        if not text:
-            raise UserError("a memory needs a non-empty text; use Delete to remove it")
-        if await self.get(memory_id) is None:
-            raise KeyError(memory_id)
-        await self._call("update", self.client.update(memory_id, text=text))
-        item = await self.get(memory_id)
-        if item is None:  # deleted between the two calls
-            raise KeyError(memory_id)
-        return item
+    async def update(self, memory_id: str, content: str, *, user_id: str) -> MemoryItem:
+        return await self.store.update(memory_id, content, user_id=user_id)
 
-    async def delete(self, memory_id: str) -> bool:
-        if await self.get(memory_id) is None:
-            return False
-        await self._call("delete", self.client.delete(memory_id))
-        return True
+    async def delete(self, memory_id: str, *, user_id: str) -> bool:
+        return await self.store.delete(memory_id, user_id=user_id)
 
     async def aclose(self) -> None:
         await self.store.aclose()
@@ -278,37 +255,3 @@ def _history_owner_sync(path: str, memory_id: str) -> str | None:
     finally:
         conn.close()
     return None if row is None else str(row[0])
-
-
-def _is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return False
-    return True
-
-
-def _when(value: Any) -> datetime:
-    if isinstance(value, str) and value:
-        try:
-            at = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            pass
-        else:
-            # mem0 may write local times with an offset: shown in UTC like the native store
-            return at.astimezone(UTC) if at.tzinfo else at.replace(tzinfo=UTC)
-    return datetime.fromtimestamp(0, UTC)  # mem0 wrote no time: shown as 1970
-
-
-def _mem0_item(row: dict[str, Any]) -> MemoryItem:
-    return MemoryItem(
-        id=str(row.get("id", "")),
-        content=str(row.get("memory") or ""),
-        score=row.get("score"),
-        user_id=row.get("user_id"),
-        agent_id=row.get("agent_id"),
-        run_id=row.get("run_id"),
-        metadata=dict(row.get("metadata") or {}),
-        created_at=_when(row["created_at"]) if row.get("created_at") else None,
-        updated_at=_when(row["updated_at"]) if row.get("updated_at") else None,
-    )

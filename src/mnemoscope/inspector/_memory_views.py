@@ -39,10 +39,8 @@ def _ltm(insp: Inspector) -> LongTermViewBase:
 async def _owned_item(insp: Inspector, who: Signed, memory_id: str) -> Any:
     """The user's memory ``memory_id`` (``None`` when it was deleted but was theirs)."""
     ltm = _ltm(insp)
-    item = await ltm.get(memory_id) if memory_id else None
+    item = await ltm.get(memory_id, user_id=who.user) if memory_id else None
     if item is not None:
-        if item.user_id != who.user:
-            raise NotFoundError(f"no memory {memory_id!r}")
         return item
     if memory_id and await ltm.deleted_owner(memory_id) == who.user:
         return None
@@ -173,7 +171,8 @@ async def memory_item(insp: Inspector, request: Request, who: Signed) -> Respons
     memory_id = request.query_params.get("id", "")
     item = await _owned_item(insp, who, memory_id)
     ltm = _ltm(insp)
-    history = await ltm.history(memory_id)
+    # a deleted memory reaches here only when it was the user's (see _owned_item)
+    history = await ltm.history(memory_id, user_id=who.user, include_deleted=item is None)
     audit = await insp.audit.entries(who.user, target=memory_id)
     parts = [f"<h1>Memory {e(memory_id)}</h1>"]
     if item is None:
@@ -223,7 +222,7 @@ async def memory_edit(insp: Inspector, request: Request, who: Signed) -> Respons
     ltm = _ltm(insp)
     await ltm.check_editable()
     try:
-        updated = await ltm.update(memory_id, form.get("content", ""))
+        updated = await ltm.update(memory_id, form.get("content", ""), user_id=who.user)
     except KeyError:
         raise NotFoundError(f"no memory {memory_id!r}") from None
     await insp.audit.record(
@@ -236,7 +235,7 @@ async def memory_delete(insp: Inspector, request: Request, who: Signed) -> Respo
     form = await form_of(request)
     memory_id = form.get("id", "")
     item = await _owned_item(insp, who, memory_id)
-    if item is None or not await _ltm(insp).delete(memory_id):
+    if item is None or not await _ltm(insp).delete(memory_id, user_id=who.user):
         raise NotFoundError(f"no memory {memory_id!r}")
     await insp.audit.record(who.user, "ltm.delete", memory_id, before=item.content)
     return RedirectResponse(url(who.root, "/memory"), status_code=303)

@@ -12,7 +12,12 @@ Example::
     )
     await store.record("I prefer dark-mode charts.", user_id="alice")
     items = await store.retrieve("chart style", user_id="alice")
+    await store.update(items[0].id, "I prefer light charts.", user_id="alice")
     await store.aclose()
+
+Beyond ``record``/``retrieve`` it has the native store's management calls (``list``,
+``get``, ``update``, ``delete``, ``history``), each scoped to one user, on the open-source
+``mem0.AsyncMemory`` (see :mod:`mnemoscope.memory._mem0_manage`).
 
 Three ways to build it (the first that applies wins):
 
@@ -56,7 +61,6 @@ import time
 import warnings
 import weakref
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any, TypeVar
 
 from mnemoscope._optional import require
@@ -70,6 +74,7 @@ from mnemoscope.memory._long_term_base import (
     RecordInput,
     RecordResult,
 )
+from mnemoscope.memory._mem0_manage import Mem0Management, item_from_row
 from mnemoscope.memory._mem0_qdrant import QDRANT_CLIENTS
 from mnemoscope.message import Msg
 from mnemoscope.model import ChatModelBase
@@ -188,8 +193,12 @@ atexit.register(_REAPER.at_exit)
 
 
 # ---------------------------------------------------------------------- the store
-class Mem0LongTermMemory(LongTermMemoryBase):
+class Mem0LongTermMemory(Mem0Management, LongTermMemoryBase):
     """Long-term memory stored by mem0 (see the module docstring for construction).
+
+    Besides ``record``/``retrieve``, the management calls ``list``, ``get``, ``update``,
+    ``delete`` and ``history`` (each scoped to one user) are described in
+    :mod:`mnemoscope.memory._mem0_manage`.
 
     Args:
         client: a pre-built ``mem0.AsyncMemory`` or ``mem0.AsyncMemoryClient``; when given
@@ -465,7 +474,7 @@ class Mem0LongTermMemory(LongTermMemoryBase):
                 redact_text(f"mem0 search failed: {type(exc).__name__}: {exc}")
             ) from exc
         rows = response.get("results", []) if isinstance(response, dict) else response or []
-        items = [self._item(r) for r in rows if isinstance(r, dict)]
+        items = [item_from_row(r) for r in rows if isinstance(r, dict)]
         if threshold is not None:  # the hosted API may not apply it; cheap to enforce
             items = [i for i in items if i.score is None or i.score >= threshold]
         items.sort(key=lambda i: i.score if i.score is not None else float("-inf"), reverse=True)
@@ -523,7 +532,7 @@ class Mem0LongTermMemory(LongTermMemoryBase):
                 continue
             kind = _EVENTS.get(str(row.get("event", "")).upper())
             if kind is not None:
-                item = self._item(row)
+                item = item_from_row(row)
                 item.user_id = item.user_id or user_id
                 item.agent_id = item.agent_id or agent_id
                 item.run_id = item.run_id or run_id
@@ -547,24 +556,6 @@ class Mem0LongTermMemory(LongTermMemoryBase):
                 )
         return RecordResult(events=events)
 
-    @staticmethod
-    def _item(row: dict[str, Any]) -> MemoryItem:
-        metadata = dict(row.get("metadata") or {})
-        for key in ("actor_id", "role", "attributed_to", "hash", "categories"):
-            if row.get(key) is not None:
-                metadata.setdefault(key, row[key])
-        return MemoryItem(
-            id=str(row.get("id", "")),
-            content=str(row.get("memory") or row.get("text") or row.get("data") or ""),
-            score=row.get("score"),
-            user_id=row.get("user_id"),
-            agent_id=row.get("agent_id"),
-            run_id=row.get("run_id"),
-            metadata=metadata,
-            created_at=_dt(row.get("created_at")),
-            updated_at=_dt(row.get("updated_at")),
-        )
-
     def __repr__(self) -> str:
         kind = "hosted" if self.hosted else "AsyncMemory"
         where = f", path={self.path!r}" if self.path else ""
@@ -580,15 +571,4 @@ def _find_cause(exc: BaseException, kind: type[_E]) -> _E | None:
             return current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
-    return None
-
-
-def _dt(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value
-    if isinstance(value, str) and value:
-        try:
-            return datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            return None
     return None
