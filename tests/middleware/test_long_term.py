@@ -21,7 +21,9 @@ from mnemoscope.memory import (
     LongTermMemoryBase,
     MemoryItem,
     RecordEvent,
+    RecordRequest,
     RecordResult,
+    RetrieveRequest,
 )
 from mnemoscope.message import Msg, UserMsg
 from mnemoscope.middleware import LongTermMemoryMiddleware, MemoryEvent, ReplyEndEvent
@@ -49,27 +51,24 @@ class WordStore(LongTermMemoryBase):
         self.record_gate: asyncio.Event | None = None
         self.closed = False
 
-    async def record(
-        self,
-        content: Any,
-        *,
-        user_id: str,
-        agent_id: str | None = None,
-        run_id: str | None = None,
-        infer: bool | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> RecordResult:
+    async def _record(self, request: RecordRequest) -> RecordResult:
+        scope = request.scope
         for gate in (self.hang, self.record_gate):
             if gate is not None:
                 await gate.wait()
         if self.fail_record:
             raise MemoryStoreError("connection refused")
-        parts = content if isinstance(content, list) else [content]
+        parts = request.content if isinstance(request.content, list) else [request.content]
         texts = [
             (p.role, p.get_text_content()) if isinstance(p, Msg) else ("user", p) for p in parts
         ]
         self.record_calls.append(
-            {"texts": texts, "user_id": user_id, "agent_id": agent_id, "infer": infer}
+            {
+                "texts": texts,
+                "user_id": scope.user_id,
+                "agent_id": scope.agent_id,
+                "infer": request.infer,
+            }
         )
         if self.keep_nothing:
             return RecordResult()
@@ -78,44 +77,34 @@ class WordStore(LongTermMemoryBase):
             item = MemoryItem(
                 id=uuid.uuid4().hex,
                 content=text,
-                user_id=user_id,
-                agent_id=agent_id,
-                run_id=run_id,
+                **scope.model_dump(),
                 metadata={"role": role},
             )
             self.items.append(item)
             events.append(RecordEvent(event="add", item=item))
         return RecordResult(events=events)
 
-    async def retrieve(
-        self,
-        query: str,
-        *,
-        user_id: str,
-        agent_id: str | None = None,
-        run_id: str | None = None,
-        limit: int = 5,
-        threshold: float | None = None,
-    ) -> list[MemoryItem]:
+    async def _retrieve(self, request: RetrieveRequest) -> list[MemoryItem]:
+        scope, threshold = request.scope, request.threshold
         if self.hang is not None:
             await self.hang.wait()
         if self.fail_retrieve:
             raise MemoryStoreError("connection refused")
-        q = _words(query)
+        q = _words(request.query)
         hits = []
         for item in self.items:
-            if item.user_id != user_id:
+            if item.user_id != scope.user_id:
                 continue
-            if agent_id is not None and item.agent_id != agent_id:
+            if scope.agent_id is not None and item.agent_id != scope.agent_id:
                 continue
-            if run_id is not None and item.run_id != run_id:
+            if scope.run_id is not None and item.run_id != scope.run_id:
                 continue
             score = len(q & _words(item.content)) / len(q) if q else 0.0
             if score <= 0 or (threshold is not None and score < threshold):
                 continue
             hits.append(item.model_copy(update={"score": score}))
         hits.sort(key=lambda i: i.score or 0.0, reverse=True)
-        return hits[:limit]
+        return hits[: request.limit]
 
     async def aclose(self) -> None:
         self.closed = True

@@ -22,7 +22,9 @@ from mnemoscope.memory._long_term_base import (
     MemoryItem,
     MemoryScope,
     RecordEvent,
+    RecordRequest,
     RecordResult,
+    RetrieveRequest,
 )
 from mnemoscope.memory._redis_keys import escape_key_part, session_key_base, unescape_key_part
 from mnemoscope.memory._session_store import SessionStore, SessionStoreMemory
@@ -63,8 +65,10 @@ __all__ = [
     "OnCorrupt",
     "OnDuplicate",
     "RecordEvent",
+    "RecordRequest",
     "RecordResult",
     "RedisMemory",
+    "RetrieveRequest",
     "SessionStore",
     "SessionStoreMemory",
     "StoredMemoryItem",

@@ -41,8 +41,12 @@ from mnemoscope.errors import UserError
 from mnemoscope.memory._long_term_base import (
     LongTermMemoryBase,
     MemoryItem,
+    MemoryScope,
     RecordInput,
+    RecordRequest,
     RecordResult,
+    RetrieveRequest,
+    call_scope,
 )
 from mnemoscope.memory._ltm_file import LtmFile
 from mnemoscope.memory._ltm_infer import ExtractedFacts, build_infer_messages
@@ -245,24 +249,37 @@ class LocalLongTermMemory(LocalLTMManagement, LongTermMemoryBase):
             supersedes older ones (``reason`` names them), a ``skip`` event per duplicate
             (its ``item`` is the memory it duplicates).
         """
-        if not user_id:
+        request = RecordRequest(
+            content, call_scope(user_id, agent_id, run_id), infer, dict(metadata or {})
+        )
+        return await self._record(request, occurred_at=occurred_at, ttl=ttl)
+
+    async def _record(
+        self,
+        request: RecordRequest,
+        *,
+        occurred_at: datetime | str | None = None,
+        ttl: timedelta | float | None = None,
+    ) -> RecordResult:
+        scope = request.scope
+        if not scope.user_id:
             raise UserError("record() needs a non-empty user_id")
         self._file.writable("record memories")
-        use_infer = self.infer if infer is None else infer
+        use_infer = self.infer if request.infer is None else request.infer
         if use_infer and self.chat_model is None:
             raise UserError(
                 "record(infer=True) needs a chat_model; pass chat_model= to LocalLongTermMemory"
             )
         expiry = _seconds(ttl, "ttl") if ttl is not None else self.ttl
-        base_meta = dict(metadata or {})
+        base_meta = request.metadata
         when = parse_when(occurred_at) or parse_when(base_meta.get("occurred_at"))
         if occurred_at is not None and when is None:
             raise UserError(
                 f"occurred_at must be a datetime or ISO-8601 string, got {occurred_at!r}"
             )
-        pending = self._pending_from_input(content, base_meta, when)
+        pending = self._pending_from_input(request.content, base_meta, when)
         if use_infer and pending:
-            pending = await self._infer(pending, user_id, agent_id, run_id, base_meta, when)
+            pending = await self._infer(pending, scope, base_meta, when)
         if not pending:
             return RecordResult()
         if self.embedding_model is not None:
@@ -270,9 +287,8 @@ class LocalLongTermMemory(LocalLTMManagement, LongTermMemoryBase):
             vectors = await self.embedding_model.embed([embed_text(p) for p in pending])
             for p, v in zip(pending, vectors, strict=True):
                 p.vector = v
-        events = await self._file.run(
-            lambda conn: self._writer.write(conn, pending, user_id, agent_id, run_id, expiry)
-        )
+        ids = (scope.user_id, scope.agent_id, scope.run_id)
+        events = await self._file.run(lambda conn: self._writer.write(conn, pending, *ids, expiry))
         return RecordResult(events=events)
 
     async def retrieve(
@@ -298,11 +314,22 @@ class LocalLongTermMemory(LocalLTMManagement, LongTermMemoryBase):
                 (1.0 = first in every ranking).
             include_superseded: also return memories that newer ones replaced.
         """
+        request = RetrieveRequest(query, call_scope(user_id, agent_id, run_id), limit, threshold)
+        return await self._retrieve(request, mode=mode, include_superseded=include_superseded)
+
+    async def _retrieve(
+        self,
+        request: RetrieveRequest,
+        *,
+        mode: SearchMode | None = None,
+        include_superseded: bool = False,
+    ) -> list[MemoryItem]:
+        scope = request.scope
         return await self._search.retrieve(
-            query,
-            (user_id, agent_id, run_id),
-            limit=limit,
-            threshold=threshold,
+            request.query,
+            (scope.user_id, scope.agent_id, scope.run_id),
+            limit=request.limit,
+            threshold=request.threshold,
             mode=mode,
             include_superseded=include_superseded,
         )
@@ -336,9 +363,7 @@ class LocalLongTermMemory(LocalLTMManagement, LongTermMemoryBase):
     async def _infer(
         self,
         pending: list[Pending],
-        user_id: str,
-        agent_id: str | None,
-        run_id: str | None,
+        scope: MemoryScope,
         base_meta: dict[str, Any],
         when: datetime | None,
     ) -> list[Pending]:
@@ -346,15 +371,13 @@ class LocalLongTermMemory(LocalLTMManagement, LongTermMemoryBase):
         related: list[MemoryItem] = []
         if self.infer_related:
             query = "\n".join(p.text for p in pending)
-            related = await self.retrieve(
-                query, user_id=user_id, agent_id=agent_id, run_id=run_id, limit=self.infer_related
-            )
+            related = await self._retrieve(RetrieveRequest(query, scope, self.infer_related))
             # a correction often shares no word with what it corrects ("I moved to Berlin"
             # vs "lives in Paris"): fill the rest with the newest memories of the scope
             missing = self.infer_related - len(related)
             if missing > 0:
                 seen = {item.id for item in related}
-                where, params = scope_clause(user_id, agent_id, run_id)
+                where, params = scope_clause(scope.user_id, scope.agent_id, scope.run_id)
                 sql = (
                     f"SELECT {COLUMNS} FROM ltm_memories m WHERE {where} "
                     "AND m.status = 'active' AND (m.expires_at IS NULL OR m.expires_at > ?) "

@@ -70,9 +70,12 @@ from mnemoscope.errors import MemoryExtractionError, MemoryStoreError, UserError
 from mnemoscope.memory._long_term_base import (
     LongTermMemoryBase,
     MemoryItem,
+    MemoryScope,
     RecordEvent,
     RecordInput,
+    RecordRequest,
     RecordResult,
+    RetrieveRequest,
 )
 from mnemoscope.memory._mem0_manage import Mem0Management, item_from_row
 from mnemoscope.memory._mem0_qdrant import QDRANT_CLIENTS
@@ -410,30 +413,15 @@ class Mem0LongTermMemory(Mem0Management, LongTermMemoryBase):
             )
 
     # ---------------------------------------------------------------- contract
-    async def record(
-        self,
-        content: RecordInput,
-        *,
-        user_id: str,
-        agent_id: str | None = None,
-        run_id: str | None = None,
-        infer: bool | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> RecordResult:
+    async def _record(self, request: RecordRequest) -> RecordResult:
         self._check_open()
-        messages = self._messages(content)
+        messages = self._messages(request.content)
         if not messages:
             return RecordResult()
-        kwargs: dict[str, Any] = {
-            "user_id": user_id,
-            "infer": self.infer if infer is None else infer,
-        }
-        if agent_id is not None:
-            kwargs["agent_id"] = agent_id
-        if run_id is not None:
-            kwargs["run_id"] = run_id
-        if metadata:
-            kwargs["metadata"] = dict(metadata)
+        infer = self.infer if request.infer is None else request.infer
+        kwargs: dict[str, Any] = {**_scope_ids(request.scope), "infer": infer}
+        if request.metadata:
+            kwargs["metadata"] = request.metadata
         try:
             response = await self.client.add(messages, **kwargs)
         except Exception as exc:
@@ -444,31 +432,22 @@ class Mem0LongTermMemory(Mem0Management, LongTermMemoryBase):
                 redact_text(f"mem0 add failed: {type(exc).__name__}: {exc}")
             ) from exc
         text = "\n".join(m["content"] for m in messages)
-        return self._record_result(response, text, user_id, agent_id, run_id)
+        return self._record_result(response, text, request.scope)
 
-    async def retrieve(
-        self,
-        query: str,
-        *,
-        user_id: str,
-        agent_id: str | None = None,
-        run_id: str | None = None,
-        limit: int = 5,
-        threshold: float | None = None,
-    ) -> list[MemoryItem]:
+    async def _retrieve(self, request: RetrieveRequest) -> list[MemoryItem]:
         self._check_open()
-        if not query.strip():
+        if not request.query.strip():
             return []
-        scope = {"user_id": user_id, "agent_id": agent_id, "run_id": run_id}
-        scope = {k: v for k, v in scope.items() if v is not None}
+        scope = _scope_ids(request.scope)
         filters: dict[str, Any] = (
             {"AND": [{k: v} for k, v in scope.items()]} if self.hosted else scope
         )
+        limit, threshold = request.limit, request.threshold
         kwargs: dict[str, Any] = {"top_k": limit, "filters": filters}
         if threshold is not None:
             kwargs["threshold"] = threshold
         try:
-            response = await self.client.search(query, **kwargs)
+            response = await self.client.search(request.query, **kwargs)
         except Exception as exc:
             raise MemoryStoreError(
                 redact_text(f"mem0 search failed: {type(exc).__name__}: {exc}")
@@ -515,9 +494,7 @@ class Mem0LongTermMemory(Mem0Management, LongTermMemoryBase):
             out.append(message)
         return out
 
-    def _record_result(
-        self, response: Any, text: str, user_id: str, agent_id: str | None, run_id: str | None
-    ) -> RecordResult:
+    def _record_result(self, response: Any, text: str, scope: MemoryScope) -> RecordResult:
         if isinstance(response, dict) and "results" in response:
             rows = response["results"]
         elif isinstance(response, list):
@@ -533,9 +510,9 @@ class Mem0LongTermMemory(Mem0Management, LongTermMemoryBase):
             kind = _EVENTS.get(str(row.get("event", "")).upper())
             if kind is not None:
                 item = item_from_row(row)
-                item.user_id = item.user_id or user_id
-                item.agent_id = item.agent_id or agent_id
-                item.run_id = item.run_id or run_id
+                item.user_id = item.user_id or scope.user_id
+                item.agent_id = item.agent_id or scope.agent_id
+                item.run_id = item.run_id or scope.run_id
                 reason = row.get("previous_memory") or row.get("old_memory")
                 events.append(RecordEvent(event=kind, item=item, reason=reason))  # type: ignore[arg-type]
             elif str(row.get("status", "")).upper() in ("PENDING", "QUEUED", "SUCCEEDED"):
@@ -546,9 +523,9 @@ class Mem0LongTermMemory(Mem0Management, LongTermMemoryBase):
                         item=MemoryItem(
                             id=str(row.get("event_id") or row.get("id") or ""),
                             content=text,
-                            user_id=user_id,
-                            agent_id=agent_id,
-                            run_id=run_id,
+                            user_id=scope.user_id,
+                            agent_id=scope.agent_id,
+                            run_id=scope.run_id,
                             metadata={"status": str(row["status"]).lower()},
                         ),
                         reason=str(row.get("message") or "queued by the mem0 Platform"),
@@ -560,6 +537,12 @@ class Mem0LongTermMemory(Mem0Management, LongTermMemoryBase):
         kind = "hosted" if self.hosted else "AsyncMemory"
         where = f", path={self.path!r}" if self.path else ""
         return f"Mem0LongTermMemory({kind}{where})"
+
+
+def _scope_ids(scope: MemoryScope) -> dict[str, str]:
+    """The ids of ``scope`` that are set, as mem0's ``add`` and ``search`` take them."""
+    ids = {"user_id": scope.user_id, "agent_id": scope.agent_id, "run_id": scope.run_id}
+    return {k: v for k, v in ids.items() if v is not None}
 
 
 def _find_cause(exc: BaseException, kind: type[_E]) -> _E | None:
