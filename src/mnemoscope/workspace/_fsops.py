@@ -58,11 +58,19 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-try:  # as part of the mnemoscope package
-    from ._fsops_text import decode_display, show
-except ImportError:  # the sandbox helper (python3 -I -S _fsops.py): load the file beside it
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from _fsops_text import decode_display, show  # type: ignore[no-redef]
+HELPER_PACKAGE = "mnemoscope_fsops_helper"
+"""The package the helper's files form when ``_fsops.py`` runs as a script (the sandbox
+helper), so that they import each other relatively there as inside mnemoscope."""
+
+if not __package__:  # run as a script (python3 -I -S _fsops.py): PEP 366
+    __package__ = HELPER_PACKAGE
+    _package = ModuleType(HELPER_PACKAGE)
+    _package.__path__ = [os.path.dirname(os.path.abspath(__file__))]
+    _package._fsops = sys.modules[__name__]  # type: ignore[attr-defined]
+    sys.modules[HELPER_PACKAGE] = _package
+    sys.modules[f"{HELPER_PACKAGE}._fsops"] = sys.modules[__name__]
+
+from ._fsops_text import decode_display, show  # noqa: E402 - after the package above
 
 MAX_PATH_BYTES = 4096
 MAX_NAME_BYTES = 255
@@ -408,15 +416,11 @@ _parts: dict[str, ModuleType] = {}
 
 
 def _part(name: str) -> ModuleType:
-    """The helper's other file ``name`` (``_fsops_search``, ``_fsops_write``), loaded once:
-    from the package, or as a top-level module beside this script in a sandbox."""
+    """The helper's other file ``name`` (``_fsops_search``, ``_fsops_write``), loaded once
+    (from mnemoscope's package, or from :data:`HELPER_PACKAGE` in a sandbox)."""
     mod = _parts.get(name)
     if mod is None:
-        if __package__:
-            mod = importlib.import_module(f"{__package__}.{name}")
-        else:  # running as the sandbox helper (see main)
-            mod = importlib.import_module(name)
-        _parts[name] = mod
+        mod = _parts[name] = importlib.import_module(f".{name}", __package__)
     return mod
 
 
@@ -518,10 +522,6 @@ def handle(line: str | bytes) -> str:
 
 
 def main(argv: list[str]) -> int:
-    # _fsops_search imports this module as "_fsops" from the same directory (under
-    # "python -I" the script's directory is not on sys.path)
-    sys.modules.setdefault("_fsops", sys.modules[__name__])
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     if len(argv) >= 2 and argv[1] == "serve":
         out = sys.stdout
         for line in sys.stdin.buffer:

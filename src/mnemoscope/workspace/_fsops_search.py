@@ -25,32 +25,18 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-try:  # as part of the mnemoscope package
-    from ._fsops import (
-        _DIR_FLAGS,
-        TMP_PREFIX,
-        FsError,
-        _open_dir,
-        _open_file,
-        _read_fd,
-        _roots,
-        _within,
-        check_path,
-    )
-    from ._fsops_text import decode_exact, display, show, split_lines
-except ImportError:  # in a sandbox, next to _fsops.py (which registered itself as "_fsops")
-    from _fsops import (  # type: ignore[no-redef]
-        _DIR_FLAGS,
-        TMP_PREFIX,
-        FsError,
-        _open_dir,
-        _open_file,
-        _read_fd,
-        _roots,
-        _within,
-        check_path,
-    )
-    from _fsops_text import decode_exact, display, show, split_lines  # type: ignore[no-redef]
+from ._fsops import (
+    _DIR_FLAGS,
+    TMP_PREFIX,
+    FsError,
+    _open_dir,
+    _open_file,
+    _read_fd,
+    _roots,
+    _within,
+    check_path,
+)
+from ._fsops_text import decode_exact, display, show, split_lines
 
 MAX_WALK_ENTRIES = 200_000
 MAX_GREP_FILE_BYTES = 10 * 1024 * 1024

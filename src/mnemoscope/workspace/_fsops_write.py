@@ -23,39 +23,18 @@ import stat as stat_mod
 from collections.abc import Callable
 from typing import Any
 
-try:  # as part of the mnemoscope package
-    from . import _fsops as core
-    from ._fsops import _DIR_FLAGS, _FILE_FLAGS, ABSENT, HASH_CHUNK_BYTES, TMP_PREFIX, FsError
-    from ._fsops_text import (
-        decode_exact,
-        encode_text,
-        find_spans,
-        line_at,
-        replacement,
-        sniff_encoding,
-        to_crlf,
-        uses_crlf,
-    )
-except ImportError:  # in a sandbox, next to _fsops.py (which registered itself as "_fsops")
-    import _fsops as core  # type: ignore[no-redef]
-    from _fsops import (  # type: ignore[no-redef]
-        _DIR_FLAGS,
-        _FILE_FLAGS,
-        ABSENT,
-        HASH_CHUNK_BYTES,
-        TMP_PREFIX,
-        FsError,
-    )
-    from _fsops_text import (  # type: ignore[no-redef]
-        decode_exact,
-        encode_text,
-        find_spans,
-        line_at,
-        replacement,
-        sniff_encoding,
-        to_crlf,
-        uses_crlf,
-    )
+from . import _fsops as core
+from ._fsops import _DIR_FLAGS, _FILE_FLAGS, ABSENT, HASH_CHUNK_BYTES, TMP_PREFIX, FsError
+from ._fsops_text import (
+    decode_exact,
+    encode_text,
+    find_spans,
+    line_at,
+    replacement,
+    sniff_encoding,
+    to_crlf,
+    uses_crlf,
+)
 
 MAX_EDIT_BYTES = 32 * 1024 * 1024
 """An edit refuses a larger file (before reading it): it must hold the file in memory."""
