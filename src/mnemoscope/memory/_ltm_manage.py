@@ -19,6 +19,7 @@ from mnemoscope.memory import _ltm_index as vec
 from mnemoscope.memory._ltm_file import LtmFile
 from mnemoscope.memory._ltm_schema import (
     COLUMNS,
+    HISTORY_COLUMNS,
     HistoryEntry,
     Pending,
     StoredMemoryItem,
@@ -206,8 +207,7 @@ class LocalLTMManagement:
         """Everything that happened to a memory, oldest first (empty if unknown)."""
         rows = await self._file.run(
             lambda conn: conn.execute(
-                "SELECT memory_id, event, old_content, new_content, reason, at FROM ltm_history "
-                "WHERE memory_id = ? ORDER BY seq",
+                f"SELECT {HISTORY_COLUMNS} FROM ltm_history WHERE memory_id = ? ORDER BY seq",
                 (memory_id,),
             ).fetchall()
         )

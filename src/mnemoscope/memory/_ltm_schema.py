@@ -154,16 +154,15 @@ def row_to_item(row: sqlite3.Row | tuple[Any, ...], score: float | None = None) 
     )
 
 
+HISTORY_COLUMNS = ", ".join(HistoryEntry.model_fields)
+"""The ``ltm_history`` columns a :class:`HistoryEntry` is read from: its fields, same names."""
+
+
 def row_to_history(row: tuple[Any, ...]) -> HistoryEntry:
-    memory_id, event, old, new, reason, at = row
-    return HistoryEntry(
-        memory_id=memory_id,
-        event=event,
-        old_content=old,
-        new_content=new,
-        reason=reason,
-        at=datetime.fromisoformat(at),
-    )
+    """Build an entry from a row selected with :data:`HISTORY_COLUMNS`."""
+    fields = dict(zip(HistoryEntry.model_fields, row, strict=True))
+    fields["at"] = datetime.fromisoformat(fields["at"])  # UTC, as every item's times
+    return HistoryEntry(**fields)
 
 
 def scope_clause(
