@@ -77,7 +77,7 @@ from mnemoscope.memory._long_term_base import (
     RecordResult,
     RetrieveRequest,
 )
-from mnemoscope.memory._mem0_manage import Mem0Management, item_from_row
+from mnemoscope.memory._mem0_manage import Mem0Management, item_from_row, scope_ids
 from mnemoscope.memory._mem0_qdrant import QDRANT_CLIENTS
 from mnemoscope.message import Msg
 from mnemoscope.model import ChatModelBase
@@ -419,7 +419,7 @@ class Mem0LongTermMemory(Mem0Management, LongTermMemoryBase):
         if not messages:
             return RecordResult()
         infer = self.infer if request.infer is None else request.infer
-        kwargs: dict[str, Any] = {**_scope_ids(request.scope), "infer": infer}
+        kwargs: dict[str, Any] = {**scope_ids(request.scope), "infer": infer}
         if request.metadata:
             kwargs["metadata"] = request.metadata
         try:
@@ -438,7 +438,7 @@ class Mem0LongTermMemory(Mem0Management, LongTermMemoryBase):
         self._check_open()
         if not request.query.strip():
             return []
-        scope = _scope_ids(request.scope)
+        scope = scope_ids(request.scope)
         filters: dict[str, Any] = (
             {"AND": [{k: v} for k, v in scope.items()]} if self.hosted else scope
         )
@@ -537,12 +537,6 @@ class Mem0LongTermMemory(Mem0Management, LongTermMemoryBase):
         kind = "hosted" if self.hosted else "AsyncMemory"
         where = f", path={self.path!r}" if self.path else ""
         return f"Mem0LongTermMemory({kind}{where})"
-
-
-def _scope_ids(scope: MemoryScope) -> dict[str, str]:
-    """The ids of ``scope`` that are set, as mem0's ``add`` and ``search`` take them."""
-    ids = {"user_id": scope.user_id, "agent_id": scope.agent_id, "run_id": scope.run_id}
-    return {k: v for k, v in ids.items() if v is not None}
 
 
 def _find_cause(exc: BaseException, kind: type[_E]) -> _E | None:

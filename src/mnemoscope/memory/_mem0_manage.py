@@ -37,7 +37,7 @@ from typing import Any, Literal, TypeVar
 
 from mnemoscope._redact import redact_text
 from mnemoscope.errors import MemoryStoreError, UserError
-from mnemoscope.memory._long_term_base import MemoryItem
+from mnemoscope.memory._long_term_base import MemoryItem, MemoryScope, call_scope
 from mnemoscope.memory._ltm_schema import HistoryEntry
 
 _T = TypeVar("_T")
@@ -88,8 +88,7 @@ class Mem0Management:
             raise UserError(f"limit and offset must be >= 0, got limit={limit}, offset={offset}")
         if limit == 0:
             return []
-        scope = {"user_id": user_id, "agent_id": agent_id, "run_id": run_id}
-        filters = {k: v for k, v in scope.items() if v is not None}
+        filters = scope_ids(call_scope(user_id, agent_id, run_id))
         # ask with show_expired=True so that mem0 returns exactly the rows asked for, and
         # tell expired ones apart here: a short answer then means there are no more rows
         wanted = _FIRST_PAGE if limit is None else offset + limit
@@ -226,6 +225,13 @@ class Mem0Management:
 
 
 # ------------------------------------------------------------------- conversion
+def scope_ids(scope: MemoryScope) -> dict[str, str]:
+    """The ids of ``scope`` that are set, as mem0's ``add``, ``search`` and ``get_all``
+    take them."""
+    ids = {"user_id": scope.user_id, "agent_id": scope.agent_id, "run_id": scope.run_id}
+    return {k: v for k, v in ids.items() if v is not None}
+
+
 def item_from_row(row: dict[str, Any]) -> MemoryItem:
     """A :class:`MemoryItem` from one of mem0's memory rows (``get``, ``get_all``,
     ``search`` or an ``add`` event), open-source or hosted."""
