@@ -107,29 +107,23 @@ def bwrap_supports(bwrap: str, option: str) -> bool:
 def bwrap_args(
     workdir: str,
     *,
-    bwrap: str = "bwrap",
-    network: bool = False,
-    ro_paths: Sequence[str] = (),
-    rw_paths: Sequence[str] = (),
-    python_prefix: str | None = None,
-    env: dict[str, str] | None = None,
-    uid: int | None = None,
-    gid: int | None = None,
-    disable_userns: bool | None = None,
+    bwrap: str,
+    network: bool,
+    ro_paths: Sequence[str],
+    rw_paths: Sequence[str],
+    python_prefix: str,
+    env: dict[str, str] | None,
+    uid: int,
+    gid: int,
 ) -> list[str]:
-    """The ``bwrap`` command line (without the command) for a sandbox around ``workdir``.
+    """The ``bwrap`` command line (without the command) for a sandbox around ``workdir``,
+    from the settings of a :class:`BubblewrapBackend` (whose constructor has the defaults).
 
-    ``uid``/``gid`` default to :func:`sandbox_ids`; ``disable_userns`` (no user namespaces
-    inside) defaults to whether this ``bwrap`` supports ``--disable-userns``.
+    User namespaces are disabled inside when this ``bwrap`` supports ``--disable-userns``.
     """
-    default_uid, default_gid = sandbox_ids()
-    if disable_userns is None:
-        disable_userns = bwrap_supports(bwrap, "--disable-userns")
     args = [bwrap, "--die-with-parent", "--new-session", "--unshare-all", "--unshare-user"]
-    args += ["--uid", str(default_uid if uid is None else uid)]
-    args += ["--gid", str(default_gid if gid is None else gid)]
-    args += ["--cap-drop", "ALL"]
-    if disable_userns:
+    args += ["--uid", str(uid), "--gid", str(gid), "--cap-drop", "ALL"]
+    if bwrap_supports(bwrap, "--disable-userns"):
         args.append("--disable-userns")
     if network:
         args.append("--share-net")
@@ -159,10 +153,9 @@ def bwrap_args(
     for f in _ETC_FILES:
         args += ["--ro-bind-try", f, f]
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-    prefix = python_prefix or sys.base_prefix
-    if not _under(prefix, "/usr"):
+    if not _under(python_prefix, "/usr"):
         # after the /tmp tmpfs, which would hide a Python installed under /tmp
-        args += ["--ro-bind", prefix, prefix]
+        args += ["--ro-bind", python_prefix, python_prefix]
     for name, host_path in _fsops.helper_paths().items():
         args += ["--ro-bind", host_path, f"{HELPER_DIR}/{name}"]
     for p in ro_paths:
