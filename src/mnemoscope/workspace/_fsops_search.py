@@ -493,28 +493,25 @@ def _grep_lines(
     """The lines of one file to search, or ``None`` (and a ``skip`` entry) if it is not."""
     try:
         fd, st, _ = _open_file(real, roots)
+        try:
+            if st.st_size > MAX_GREP_FILE_BYTES:
+                skip(
+                    shown,
+                    f"too large ({st.st_size} bytes; Grep reads files up to {MAX_GREP_FILE_BYTES})",
+                )
+                return None
+            data = _read_fd(fd, MAX_GREP_FILE_BYTES)
+        finally:
+            os.close(fd)
     except FsError as exc:
-        skip(shown, f"not readable: {exc.message}")
+        if exc.code == "too_large":  # from _read_fd: the file grew while it was read
+            skip(shown, f"too large (it grew over {MAX_GREP_FILE_BYTES} bytes)")
+        else:
+            skip(shown, f"not readable: {exc.message}")
         return None
     except OSError as exc:
         skip(shown, f"not readable: {exc.strerror or exc}")
         return None
-    try:
-        if st.st_size > MAX_GREP_FILE_BYTES:
-            skip(
-                shown,
-                f"too large ({st.st_size} bytes; Grep reads files up to {MAX_GREP_FILE_BYTES})",
-            )
-            return None
-        data = _read_fd(fd, MAX_GREP_FILE_BYTES)
-    except FsError:
-        skip(shown, f"too large (it grew over {MAX_GREP_FILE_BYTES} bytes)")
-        return None
-    except OSError as exc:
-        skip(shown, f"not readable: {exc.strerror or exc}")
-        return None
-    finally:
-        os.close(fd)
     try:
         dec = decode_exact(data)
     except UnicodeDecodeError:
