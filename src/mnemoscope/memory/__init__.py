@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING
 
 from mnemoscope._lazy import lazy_exports
 from mnemoscope.memory._base import (
+    AddRequest,
+    GetQuery,
+    MarkUpdate,
     MemoryBase,
     MemoryState,
     OnCorrupt,
@@ -52,11 +55,14 @@ __getattr__, __dir__ = lazy_exports(
 
 
 __all__ = [
+    "AddRequest",
     "AsyncSQLAlchemyMemory",
+    "GetQuery",
     "HistoryEntry",
     "InMemoryMemory",
     "LocalLongTermMemory",
     "LongTermMemoryBase",
+    "MarkUpdate",
     "Mem0LongTermMemory",
     "MemoryBase",
     "MemoryItem",

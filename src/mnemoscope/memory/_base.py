@@ -32,13 +32,14 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, Field, TypeAdapter
-from pydantic_core import to_json
+from pydantic import BaseModel, Field
 
-from mnemoscope.errors import CorruptRecordError, UserError, ValidationError
+from mnemoscope.errors import CorruptRecordError, UserError
+from mnemoscope.memory._msg_json import decode_one, decode_rows, dump_msg
 from mnemoscope.message import Msg
 
 logger = logging.getLogger("mnemoscope.memory")
@@ -141,160 +142,8 @@ def mark_pairs(plan: MarkPlan, ids: Iterable[str]) -> list[tuple[str, str]]:
     return [(i, m) for i in ids for m in plan.get(i, ())]
 
 
-def prepare_add(
-    msgs: Msg | Sequence[Msg] | None, marks: AddMarks, on_duplicate: str
-) -> tuple[list[Msg], MarkPlan]:
-    """Validate the arguments of :meth:`MemoryBase.add` (shared by the backends)."""
-    check_on_duplicate(on_duplicate)
-    items = [msgs] if isinstance(msgs, Msg) else normalize_msgs(msgs)
-    return items, plan_marks(marks, items)
-
-
-def dump_msg(msg: Msg) -> str:
-    """``msg.model_dump_json()``: what every backend stores (InMemory checks it too).
-
-    Raises:
-        ValidationError: the message cannot be serialised; the message names its id, the
-            offending field (``content[0].text``, ``metadata.key``) and the fix.
-    """
-    try:
-        data = msg.model_dump_json()
-    except (ValueError, TypeError) as exc:  # pydantic_core.PydanticSerializationError
-        raise _refusal(msg, _unserialisable(msg, ""), str(exc)) from exc
-    # pydantic replaces a lone surrogate in a dict key by U+FFFD instead of failing: the
-    # stored message would silently differ from the one given
-    if "\ufffd" in data:
-        found = _unserialisable(msg, "")
-        if found:
-            raise _refusal(msg, found, "")
-    return data
-
-
-def _refusal(msg: Msg, found: tuple[str, str] | None, detail: str) -> ValidationError:
-    where = f"{found[0] or 'the message'}: {found[1]}" if found else detail
-    return ValidationError(
-        f"message {msg.id!a} cannot be stored: {where}; nothing of the batch was stored. "
-        "Escape undecodable text first (e.g. text.encode('utf-8', 'backslashreplace')"
-        ".decode()) and keep metadata to JSON types (str, int, float, bool, None, lists, "
-        "dicts with str keys)"
-    )
-
-
-def dump_msgs(items: Sequence[Msg]) -> list[tuple[str, str]]:
-    """``(id, JSON)`` of every message, all validated before a backend writes any."""
-    return [(m.id, dump_msg(m)) for m in items]
-
-
-def _unserialisable(value: Any, path: str) -> tuple[str, str] | None:
-    """``(path, reason)`` of the first part of ``value`` that JSON cannot hold."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            return path, (
-                f"text with a lone surrogate {value[exc.start]!a} at index {exc.start} "
-                "is not valid UTF-8"
-            )
-        return None
-    if value is None or isinstance(value, (bool, int, float)):
-        return None
-    if isinstance(value, BaseModel):
-        for name in type(value).model_fields:
-            found = _unserialisable(getattr(value, name), f"{path}.{name}" if path else name)
-            if found:
-                return found
-        return None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if isinstance(key, str) and _unserialisable(key, path):
-                return path, f"key {key!a} has a lone surrogate and is not valid UTF-8"
-            if not isinstance(key, (str, int, float, bool)) and key is not None:
-                return path, f"key {key!a} of type {type(key).__name__} is not a JSON key"
-            found = _unserialisable(item, f"{path}.{key}" if path else str(key))
-            if found:
-                return found
-        return None
-    if isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            found = _unserialisable(item, f"{path}[{i}]")
-            if found:
-                return found
-        return None
-    try:
-        to_json(value)
-    except (ValueError, TypeError):
-        return path, f"an object of type {type(value).__name__} is not JSON-serialisable"
-    return None
-
-
 def normalize_ids(ids: str | Iterable[str]) -> list[str]:
     return [ids] if isinstance(ids, str) else list(ids)
-
-
-_MSG_LIST: TypeAdapter[list[Msg]] = TypeAdapter(list[Msg])
-
-
-def decode_rows(
-    memory: MemoryBase,
-    ids: Sequence[Any],
-    rows: Sequence[Any],
-    on_corrupt: OnCorrupt,
-) -> list[Msg]:
-    """Decode stored JSON documents (``str`` or ``bytes``, one per id) into messages.
-
-    All rows are validated in one call, as one JSON array (one pass of pydantic's parser,
-    no per-row call overhead); the result is used only when it has one message per row,
-    each carrying its row's id, so that a row holding something else than one JSON object
-    cannot shift the others. Otherwise (a corrupt row among them) every row is decoded on
-    its own (:func:`decode_one`) and the corrupt ones follow ``on_corrupt``.
-    """
-    if not rows:
-        return []
-    if isinstance(rows[0], bytes):
-        blob: str | bytes = b"[" + b",".join(rows) + b"]"
-    else:
-        blob = "[" + ",".join(rows) + "]"
-    msgs = decode_joined(ids, blob)
-    if msgs is not None:
-        return msgs
-    decoded = (decode_one(memory, i, data, on_corrupt) for i, data in zip(ids, rows, strict=True))
-    return [msg for msg in decoded if msg is not None]
-
-
-def decode_one(memory: MemoryBase, msg_id: Any, data: Any, on_corrupt: OnCorrupt) -> Msg | None:
-    """One stored document (``str`` or ``bytes``) as a message. A corrupt one is reported
-    by ``memory`` and follows ``on_corrupt`` (see :class:`MemoryBase`): ``None`` when it is
-    skipped."""
-    try:
-        return Msg.model_validate_json(data)
-    except ValueError as exc:  # pydantic.ValidationError, invalid UTF-8
-        memory._report_corrupt(_id_text(msg_id), _first_line(exc), on_corrupt)
-        return None
-
-
-def _id_text(msg_id: Any) -> str:
-    return msg_id.decode("utf-8", "backslashreplace") if isinstance(msg_id, bytes) else str(msg_id)
-
-
-def decode_joined(ids: Sequence[Any], blob: str | bytes) -> list[Msg] | None:
-    """The messages of ``blob``, a JSON array of stored documents, when it holds exactly
-    one valid message per id of ``ids``, in that order; ``None`` otherwise (then decode
-    row by row to find the corrupt ones)."""
-    try:
-        msgs = _MSG_LIST.validate_json(blob)
-    except (ValueError, TypeError):  # pydantic.ValidationError, bytes mixed with str
-        return None
-    if len(msgs) != len(ids):
-        return None
-    for msg, msg_id in zip(msgs, ids, strict=True):
-        if msg.id != _id_text(msg_id):
-            return None
-    return msgs
-
-
-def _first_line(exc: Exception) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0][:200] if lines else type(exc).__name__
 
 
 class AsyncResource:
@@ -321,8 +170,79 @@ class AsyncResource:
         await self.aclose()
 
 
+@dataclass(frozen=True, slots=True)
+class AddRequest:
+    """A validated :meth:`MemoryBase.add`, as :meth:`MemoryBase._add` receives it.
+
+    Attributes:
+        msgs: the messages, in batch order (never empty).
+        docs: ``msg.model_dump_json()`` of each, in the same order: what a backend stores.
+            Every message was serialised before the hook runs, so a message JSON cannot
+            hold has already been refused and nothing of the batch was written.
+        marks: one list of marks for every message, or ``msg_id -> marks`` for the
+            messages that have some (:func:`marks_of` answers for one id).
+        on_duplicate: ``"ignore"``, ``"replace"`` or ``"error"`` (see :class:`MemoryBase`).
+    """
+
+    msgs: list[Msg]
+    docs: list[str]
+    marks: MarkPlan
+    on_duplicate: OnDuplicate
+
+    @property
+    def payload(self) -> list[tuple[str, str]]:
+        """``(msg_id, JSON)`` of each message, in batch order."""
+        return [(m.id, d) for m, d in zip(self.msgs, self.docs, strict=True)]
+
+    def marks_of(self, msg_id: str) -> list[str]:
+        """The marks this add gives the message ``msg_id``."""
+        return marks_of(self.marks, msg_id)
+
+
+@dataclass(frozen=True, slots=True)
+class GetQuery:
+    """A validated :meth:`MemoryBase.get`, as :meth:`MemoryBase._get` receives it.
+
+    Attributes:
+        last_n: keep only the newest ``last_n`` after filtering (always positive), or
+            ``None`` for all.
+        marks: keep messages carrying any of these (``[]``: no filter).
+        exclude_marks: drop messages carrying any of these.
+        on_corrupt: what to do with a stored row that cannot be decoded; pass it to
+            :meth:`MemoryBase._decode`, which reports such rows.
+    """
+
+    last_n: int | None
+    marks: list[str]
+    exclude_marks: list[str]
+    on_corrupt: OnCorrupt
+
+
+@dataclass(frozen=True, slots=True)
+class MarkUpdate:
+    """A validated :meth:`MemoryBase.update_marks`, as :meth:`MemoryBase._update_marks`
+    receives it.
+
+    Attributes:
+        ids: the messages to change (distinct, never empty), or ``None`` for every message.
+        add: marks to add.
+        remove: marks to remove (a mark in both ends up present).
+    """
+
+    ids: list[str] | None
+    add: list[str]
+    remove: list[str]
+
+
 class MemoryBase(AsyncResource, ABC):
     """Async session store of messages with marks.
+
+    The public methods validate their arguments and call one protected hook each; a
+    backend implements the eight hooks (``_add``, ``_get``, ``_get_marks``, ``_size``,
+    ``_delete``, ``_delete_by_mark``, ``_update_marks``, ``_clear``), which receive
+    normalised arguments and are not called for requests that change nothing (an empty
+    batch, an empty id list). Everything else (export, import, the AgentScope aliases)
+    is written once here on top of the public methods.
 
     Args:
         user_id: whose session this is.
@@ -338,7 +258,6 @@ class MemoryBase(AsyncResource, ABC):
         self.corrupt_records: list[CorruptRecordError] = []
 
     # ------------------------------------------------------------------ writing
-    @abstractmethod
     async def add(
         self,
         msgs: Msg | Sequence[Msg] | None,
@@ -364,16 +283,24 @@ class MemoryBase(AsyncResource, ABC):
                 non-empty string.
             ValidationError: a message cannot be stored as JSON (nothing is stored).
         """
+        check_on_duplicate(on_duplicate)
+        items = [msgs] if isinstance(msgs, Msg) else normalize_msgs(msgs)
+        plan = plan_marks(marks, items)
+        if not items:
+            return 0
+        docs = [dump_msg(m) for m in items]  # all validated before anything is written
+        return await self._add(AddRequest(items, docs, plan, on_duplicate))
 
-    @abstractmethod
     async def delete(self, ids: str | Iterable[str]) -> int:
         """Delete messages by id; returns how many were deleted."""
+        id_list = list(dict.fromkeys(normalize_ids(ids)))
+        return await self._delete(id_list) if id_list else 0
 
-    @abstractmethod
     async def delete_by_mark(self, marks: Marks) -> int:
         """Delete every message carrying any of ``marks``; returns how many."""
+        mark_list = normalize_marks(marks)
+        return await self._delete_by_mark(mark_list) if mark_list else 0
 
-    @abstractmethod
     async def update_marks(
         self,
         ids: str | Iterable[str] | None = None,
@@ -385,13 +312,17 @@ class MemoryBase(AsyncResource, ABC):
 
         Returns how many messages exist among ``ids`` (changed or not).
         """
+        to_add, to_remove = normalize_marks(add), normalize_marks(remove)
+        id_list = None if ids is None else list(dict.fromkeys(normalize_ids(ids)))
+        if id_list == []:
+            return 0
+        return await self._update_marks(MarkUpdate(id_list, to_add, to_remove))
 
-    @abstractmethod
     async def clear(self) -> None:
         """Delete the whole session."""
+        await self._clear()
 
     # ------------------------------------------------------------------ reading
-    @abstractmethod
     async def get(
         self,
         *,
@@ -401,21 +332,74 @@ class MemoryBase(AsyncResource, ABC):
         on_corrupt: OnCorrupt = "skip",
     ) -> list[Msg]:
         """Messages in insertion order, optionally only the last ``last_n`` after filtering."""
+        want, skip = normalize_marks(marks), normalize_marks(exclude_marks)
+        if last_n is not None and last_n <= 0:
+            return []
+        return await self._get(GetQuery(last_n, want, skip, on_corrupt))
 
-    @abstractmethod
     async def get_marks(self, msg_id: str) -> list[str] | None:
         """The marks of one message, or ``None`` when it is not stored."""
+        return await self._get_marks(msg_id)
 
-    @abstractmethod
     async def size(self) -> int:
         """Number of stored messages."""
+        return await self._size()
+
+    # --------------------------------------------------------- backend hooks
+    @abstractmethod
+    async def _add(self, request: AddRequest) -> int:
+        """Store ``request.docs`` atomically (all or nothing, marks included), following
+        ``request.on_duplicate``; how many messages were new. ``"error"`` raises
+        :class:`~mnemoscope.errors.MemoryStoreError` naming the stored ids."""
+
+    @abstractmethod
+    async def _get(self, query: GetQuery) -> list[Msg]:
+        """The messages ``query`` selects, oldest first."""
+
+    @abstractmethod
+    async def _get_marks(self, msg_id: str) -> list[str] | None:
+        """The sorted marks of ``msg_id``, ``None`` when it is not stored."""
+
+    @abstractmethod
+    async def _size(self) -> int:
+        """Number of stored messages."""
+
+    @abstractmethod
+    async def _delete(self, ids: list[str]) -> int:
+        """Delete ``ids`` (distinct, never empty) and their marks; how many were stored."""
+
+    @abstractmethod
+    async def _delete_by_mark(self, marks: list[str]) -> int:
+        """Delete every message carrying any of ``marks`` (never empty); how many."""
+
+    @abstractmethod
+    async def _update_marks(self, update: MarkUpdate) -> int:
+        """Apply ``update``; how many of its messages are stored (changed or not)."""
+
+    @abstractmethod
+    async def _clear(self) -> None:
+        """Delete the whole session."""
 
     # ------------------------------------------------------------ whole session
     async def export_state(self) -> MemoryState:
         """The whole session (messages with their marks) as one document."""
-        msgs = await self.get(on_corrupt="raise")
-        entries = [StoredMsg(msg=m, marks=await self.get_marks(m.id) or []) for m in msgs]
+        rows = await self._export_rows()
+        if rows is None:
+            msgs = await self.get(on_corrupt="raise")
+            entries = [StoredMsg(msg=m, marks=await self.get_marks(m.id) or []) for m in msgs]
+        else:
+            entries = []
+            for msg_id, doc, marks in rows:
+                msg = decode_one(self, msg_id, doc, "raise")
+                assert msg is not None  # on_corrupt="raise" never returns None
+                entries.append(StoredMsg(msg=msg, marks=marks))
         return MemoryState(user_id=self.user_id, session_id=self.session_id, messages=entries)
+
+    async def _export_rows(self) -> list[tuple[Any, Any, list[str]]] | None:
+        """Optional hook: every stored message as ``(msg_id, stored JSON, sorted marks)``,
+        oldest first, read at once (one round trip, one snapshot). ``None`` (the default):
+        :meth:`export_state` reads through :meth:`get` and :meth:`get_marks`."""
+        return None
 
     async def import_state(
         self, state: MemoryState | dict[str, Any], *, replace: bool = True
@@ -460,6 +444,13 @@ class MemoryBase(AsyncResource, ABC):
         """Release connections this backend created (never ones passed in)."""
 
     # ------------------------------------------------------------------ helpers
+    def _decode(self, ids: Sequence[Any], docs: Sequence[Any], on_corrupt: OnCorrupt) -> list[Msg]:
+        """Stored JSON documents (``str`` or ``bytes``, one per id, oldest first) as
+        messages, validated in one call; a document that cannot be decoded is skipped and
+        reported (``on_corrupt="skip"``) or raised as
+        :class:`~mnemoscope.errors.CorruptRecordError` (``"raise"``)."""
+        return decode_rows(self, ids, docs, on_corrupt)
+
     def _report_corrupt(self, record_id: str, reason: str, on_corrupt: OnCorrupt) -> None:
         err = CorruptRecordError(record_id, reason)
         if on_corrupt == "raise":

@@ -11,21 +11,10 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from mnemoscope.errors import MemoryStoreError
-from mnemoscope.memory._base import (
-    AddMarks,
-    Marks,
-    MemoryBase,
-    OnCorrupt,
-    OnDuplicate,
-    dump_msgs,
-    marks_of,
-    normalize_ids,
-    normalize_marks,
-    prepare_add,
-)
+from mnemoscope.memory._base import AddRequest, GetQuery, MarkUpdate, MemoryBase, marks_of
 from mnemoscope.message import Msg
 
 
@@ -46,17 +35,10 @@ class InMemoryMemory(MemoryBase):
         self._seq: dict[str, int] = {}
         self._counter = itertools.count()
 
-    async def add(
-        self,
-        msgs: Msg | Sequence[Msg] | None,
-        marks: AddMarks = None,
-        *,
-        on_duplicate: OnDuplicate = "ignore",
-    ) -> int:
-        items, plan = prepare_add(msgs, marks, on_duplicate)
-        # what a persistent backend would refuse is refused here too, before any change
-        # (rather than failing later at export_state)
-        dump_msgs(items)
+    async def _add(self, request: AddRequest) -> int:
+        # what a persistent backend would refuse was refused by add() here too (the base
+        # serialises every message first), rather than failing later at export_state
+        items, plan, on_duplicate = request.msgs, request.marks, request.on_duplicate
         stored = self._msgs
         if on_duplicate == "error":
             dup = [m.id for m in items if m.id in stored]
@@ -94,30 +76,24 @@ class InMemoryMemory(MemoryBase):
             self._by_mark.setdefault(mark, {})[msg_id] = None
         self._marks[msg_id] = new
 
-    async def delete(self, ids: str | Iterable[str]) -> int:
+    async def _delete(self, ids: list[str]) -> int:
         deleted = 0
-        for msg_id in normalize_ids(ids):
+        for msg_id in ids:
             if msg_id in self._msgs:
                 self._set_marks(msg_id, set())
                 del self._msgs[msg_id], self._marks[msg_id], self._seq[msg_id]
                 deleted += 1
         return deleted
 
-    async def delete_by_mark(self, marks: Marks) -> int:
+    async def _delete_by_mark(self, marks: list[str]) -> int:
         ids: dict[str, None] = {}
-        for mark in normalize_marks(marks):
+        for mark in marks:
             ids.update(self._by_mark.get(mark, {}))
-        return await self.delete(list(ids))
+        return await self._delete(list(ids))
 
-    async def update_marks(
-        self,
-        ids: str | Iterable[str] | None = None,
-        *,
-        add: Marks = None,
-        remove: Marks = None,
-    ) -> int:
-        to_add, to_remove = set(normalize_marks(add)), set(normalize_marks(remove))
-        targets = list(self._msgs) if ids is None else normalize_ids(ids)
+    async def _update_marks(self, update: MarkUpdate) -> int:
+        to_add, to_remove = set(update.add), set(update.remove)
+        targets = list(self._msgs) if update.ids is None else update.ids
         found = 0
         for msg_id in targets:
             if msg_id not in self._msgs:
@@ -126,21 +102,14 @@ class InMemoryMemory(MemoryBase):
             self._set_marks(msg_id, (self._marks[msg_id] - to_remove) | to_add)
         return found
 
-    async def clear(self) -> None:
+    async def _clear(self) -> None:
         self._msgs.clear()
         self._marks.clear()
         self._by_mark.clear()
         self._seq.clear()
 
-    async def get(
-        self,
-        *,
-        last_n: int | None = None,
-        marks: Marks = None,
-        exclude_marks: Marks = None,
-        on_corrupt: OnCorrupt = "skip",
-    ) -> list[Msg]:
-        want, skip = normalize_marks(marks), set(normalize_marks(exclude_marks))
+    async def _get(self, query: GetQuery) -> list[Msg]:
+        want, skip = query.marks, set(query.exclude_marks)
         if want:
             ids: set[str] = set()
             for mark in want:
@@ -151,15 +120,15 @@ class InMemoryMemory(MemoryBase):
         if skip:
             ordered = [i for i in ordered if not (self._marks[i] & skip)]
         selected = list(ordered)
-        if last_n is not None:
-            selected = selected[-last_n:] if last_n > 0 else []
+        if query.last_n is not None:
+            selected = selected[-query.last_n :]
         return [self._msgs[i] for i in selected]
 
-    async def get_marks(self, msg_id: str) -> list[str] | None:
+    async def _get_marks(self, msg_id: str) -> list[str] | None:
         marks = self._marks.get(msg_id)
         return None if marks is None else sorted(marks)
 
-    async def size(self) -> int:
+    async def _size(self) -> int:
         return len(self._msgs)
 
 

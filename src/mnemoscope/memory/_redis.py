@@ -45,28 +45,13 @@ any other (skipped and reported, see :class:`~mnemoscope.memory.MemoryBase`) ins
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
 from mnemoscope._optional import require
 from mnemoscope.errors import MemoryStoreError, UserError
-from mnemoscope.memory._base import (
-    AddMarks,
-    Marks,
-    MemoryBase,
-    MemoryState,
-    OnCorrupt,
-    OnDuplicate,
-    StoredMsg,
-    decode_joined,
-    decode_one,
-    decode_rows,
-    dump_msg,
-    normalize_ids,
-    normalize_marks,
-    prepare_add,
-)
+from mnemoscope.memory._base import AddRequest, GetQuery, MarkUpdate, MemoryBase
+from mnemoscope.memory._msg_json import decode_joined
 from mnemoscope.memory._redis_keys import session_key_base
 from mnemoscope.memory._redis_lua import (
     _LUA_ADD,
@@ -278,25 +263,17 @@ class RedisMemory(MemoryBase):
         )
 
     # ------------------------------------------------------------------- writing
-    async def add(
-        self,
-        msgs: Msg | Sequence[Msg] | None,
-        marks: AddMarks = None,
-        *,
-        on_duplicate: OnDuplicate = "ignore",
-    ) -> int:
-        items, plan = prepare_add(msgs, marks, on_duplicate)
-        if not items:
-            return 0
+    async def _add(self, request: AddRequest) -> int:
+        plan, on_duplicate = request.marks, request.on_duplicate
         args: list[Any] = [*self._head, on_duplicate]
         if isinstance(plan, list):  # the same marks for every message: encoded once
             encoded = json.dumps(plan) if plan else ""
-            for msg in items:  # all validated before anything is sent
-                args += (msg.id, dump_msg(msg), encoded)
+            for msg, doc in zip(request.msgs, request.docs, strict=True):
+                args += (msg.id, doc, encoded)
         else:
-            for msg in items:
+            for msg, doc in zip(request.msgs, request.docs, strict=True):
                 own = plan.get(msg.id)
-                args += (msg.id, dump_msg(msg), json.dumps(own) if own else "")
+                args += (msg.id, doc, json.dumps(own) if own else "")
         if on_duplicate == "error":
             result = await self._add_exactly_once(args)
         else:
@@ -364,70 +341,42 @@ class RedisMemory(MemoryBase):
                 raise
             return await send()
 
-    async def delete(self, ids: str | Iterable[str]) -> int:
-        id_list = normalize_ids(ids)
-        if not id_list:
-            return 0
-        return int(await self._call(self._delete_script, id_list, retry_safe=True, what="delete"))
+    async def _delete(self, ids: list[str]) -> int:
+        return int(await self._call(self._delete_script, ids, retry_safe=True, what="delete"))
 
-    async def delete_by_mark(self, marks: Marks) -> int:
-        mark_list = normalize_marks(marks)
-        if not mark_list:
-            return 0
+    async def _delete_by_mark(self, marks: list[str]) -> int:
         return int(
             await self._call(
-                self._delete_by_mark_script, mark_list, retry_safe=True, what="delete_by_mark"
+                self._delete_by_mark_script, marks, retry_safe=True, what="delete_by_mark"
             )
         )
 
-    async def update_marks(
-        self,
-        ids: str | Iterable[str] | None = None,
-        *,
-        add: Marks = None,
-        remove: Marks = None,
-    ) -> int:
-        to_add, to_remove = normalize_marks(add), normalize_marks(remove)
-        id_list = [] if ids is None else normalize_ids(ids)
-        args = [json.dumps(to_add), json.dumps(to_remove), "1" if ids is None else "0", *id_list]
+    async def _update_marks(self, update: MarkUpdate) -> int:
+        every = update.ids is None
+        args = [json.dumps(update.add), json.dumps(update.remove), "1" if every else "0"]
+        args += update.ids or []
         return int(
             await self._call(self._update_marks_script, args, retry_safe=True, what="update_marks")
         )
 
-    async def clear(self) -> None:
+    async def _clear(self) -> None:
         await self._call(self._clear_script, [], retry_safe=True, what="clear")
 
     # ------------------------------------------------------------------- reading
-    def _get_args(self, last_n: int | None, marks: Marks, exclude_marks: Marks) -> list[Any]:
-        return [
-            -1 if last_n is None else max(0, int(last_n)),
-            json.dumps(normalize_marks(marks)),
-            json.dumps(normalize_marks(exclude_marks)),
-        ]
+    async def _read(self, query: GetQuery, mode: str) -> Any:
+        """The read script's reply for ``query``; ``mode`` as the script documents."""
+        last_n = -1 if query.last_n is None else query.last_n
+        args = [last_n, json.dumps(query.marks), json.dumps(query.exclude_marks), mode]
+        return await self._call(self._get_script, args, retry_safe=True, what="get")
 
-    async def _fetch(
-        self,
-        last_n: int | None,
-        marks: Marks,
-        exclude_marks: Marks,
-        with_marks: bool,
-    ) -> list[Any]:
-        args = [*self._get_args(last_n, marks, exclude_marks), "1" if with_marks else "0"]
-        groups = await self._call(self._get_script, args, retry_safe=True, what="get")
+    async def _fetch(self, query: GetQuery, with_marks: bool) -> list[Any]:
+        groups = await self._read(query, "1" if with_marks else "0")
         return _split_items(b"".join(g.encode() if isinstance(g, str) else g for g in groups))
 
-    async def get(
-        self,
-        *,
-        last_n: int | None = None,
-        marks: Marks = None,
-        exclude_marks: Marks = None,
-        on_corrupt: OnCorrupt = "skip",
-    ) -> list[Msg]:
+    async def _get(self, query: GetQuery) -> list[Msg]:
         # one JSON array of every document, decoded in one call; a corrupt row makes that
         # fail, and the session is read again row by row to find and report it
-        args = [*self._get_args(last_n, marks, exclude_marks), "2"]
-        reply = await self._call(self._get_script, args, retry_safe=True, what="get")
+        reply = await self._read(query, "2")
         if not reply:
             return []
         try:
@@ -438,31 +387,26 @@ class RedisMemory(MemoryBase):
             msgs = decode_joined(ids, b"[" + b",".join(reply[1:]) + b"]")
             if msgs is not None:
                 return msgs
-        flat = await self._fetch(last_n, marks, exclude_marks, with_marks=False)
-        return decode_rows(self, flat[0::2], flat[1::2], on_corrupt)
+        flat = await self._fetch(query, with_marks=False)
+        return self._decode(flat[0::2], flat[1::2], query.on_corrupt)
 
-    async def get_marks(self, msg_id: str) -> list[str] | None:
+    async def _get_marks(self, msg_id: str) -> list[str] | None:
         raw = await self._call(self._get_marks_script, [msg_id], retry_safe=True, what="get_marks")
         if raw is None:
             return None
         return _marks_of(raw)
 
-    async def size(self) -> int:
+    async def _size(self) -> int:
         return int(
             await self._retrying(
                 lambda: self._command("HLEN", self._keys[0]), retry_safe=True, what="size"
             )
         )
 
-    async def export_state(self) -> MemoryState:
-        """The whole session in one round trip (messages and marks read atomically)."""
-        flat = await self._fetch(None, None, None, with_marks=True)
-        entries = []
-        for i in range(0, len(flat), 3):
-            msg = decode_one(self, flat[i], flat[i + 1], "raise")
-            assert msg is not None  # on_corrupt="raise" never returns None
-            entries.append(StoredMsg(msg=msg, marks=_marks_of(flat[i + 2])))
-        return MemoryState(user_id=self.user_id, session_id=self.session_id, messages=entries)
+    async def _export_rows(self) -> list[tuple[Any, Any, list[str]]]:
+        # one round trip: messages and marks read atomically
+        flat = await self._fetch(GetQuery(None, [], [], "raise"), with_marks=True)
+        return [(flat[i], flat[i + 1], _marks_of(flat[i + 2])) for i in range(0, len(flat), 3)]
 
     # ----------------------------------------------------------------- lifecycle
     async def aclose(self) -> None:

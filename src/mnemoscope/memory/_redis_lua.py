@@ -218,55 +218,48 @@ if #excl > 0 or (last_n > 0 and #ids > last_n) then
   ids = {}
   for i = #picked, 1, -1 do ids[#ids + 1] = picked[i] end
 end
-if ARGV[6] == '2' then
-  if #ids == 0 then return {} end
-  local out, group, n, found = {''}, {}, 0, {}
+-- visit(id, data, marks) for each id still stored, in order; HMGET in chunks (unpack has
+-- a stack limit); marks is nil unless with_marks
+local function each_stored(visit)
   for c = 1, #ids, 1000 do
     local chunk = {unpack(ids, c, math.min(c + 999, #ids))}
     local datas = redis.call('HMGET', K_MSGS, unpack(chunk))
+    local markss = with_marks and redis.call('HMGET', K_MARKS, unpack(chunk)) or nil
     for i, id in ipairs(chunk) do
-      if datas[i] then
-        found[#found + 1] = id
-        n = n + 1
-        group[n] = datas[i]
-        if n >= 256 then
-          out[#out + 1] = table.concat(group, ',', 1, n)
-          n = 0
-        end
-      end
+      if datas[i] then visit(id, datas[i], markss and (markss[i] or '[]')) end
     end
   end
-  if n > 0 then out[#out + 1] = table.concat(group, ',', 1, n) end
+end
+-- parts are joined by sep into groups of `size` parts (short concatenations are cheap in
+-- Lua; one multi-megabyte table.concat is not); the client joins the few hundred groups
+local out, group, n = {}, {}, 0
+local sep, size = '', 96
+local function push(part)
+  n = n + 1
+  group[n] = part
+  if n >= size then
+    out[#out + 1] = table.concat(group, sep, 1, n)
+    n = 0
+  end
+end
+if ARGV[6] == '2' then
+  local found = {}
+  out[1], sep, size = '', ',', 256
+  each_stored(function(id, data)
+    found[#found + 1] = id
+    push(data)
+  end)
   if #found == 0 then return {} end
   out[1] = cjson.encode(found)
-  return out
+else
+  each_stored(function(id, data, marks)
+    push(#id .. ':' .. id)
+    push(#data .. ':')
+    push(data)
+    if marks then push(#marks .. ':' .. marks) end
+  end)
 end
--- groups of 16 messages become one string each (short concatenations are cheap in Lua;
--- one multi-megabyte table.concat is not), the client joins the few hundred groups
-local out, group, n = {}, {}, 0
-for c = 1, #ids, 1000 do  -- HMGET in chunks (unpack has a stack limit)
-  local chunk = {unpack(ids, c, math.min(c + 999, #ids))}
-  local datas = redis.call('HMGET', K_MSGS, unpack(chunk))
-  local markss = with_marks and redis.call('HMGET', K_MARKS, unpack(chunk)) or nil
-  for i, id in ipairs(chunk) do
-    local data = datas[i]
-    if data then
-      group[n + 1], group[n + 2], group[n + 3], group[n + 4] = #id, ':', id, #data
-      group[n + 5], group[n + 6] = ':', data
-      n = n + 6
-      if with_marks then
-        local m = markss[i] or '[]'
-        group[n + 1], group[n + 2], group[n + 3] = #m, ':', m
-        n = n + 3
-      end
-      if n >= 96 then
-        out[#out + 1] = table.concat(group, '', 1, n)
-        n = 0
-      end
-    end
-  end
-end
-if n > 0 then out[#out + 1] = table.concat(group, '', 1, n) end
+if n > 0 then out[#out + 1] = table.concat(group, sep, 1, n) end
 return out
 """
 )

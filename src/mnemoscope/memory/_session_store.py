@@ -35,20 +35,19 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import pydantic
 
 from mnemoscope.errors import MemoryStoreError, MnemoscopeError, UserError
 from mnemoscope.memory._base import (
-    AddMarks,
-    Marks,
+    AddRequest,
+    GetQuery,
+    MarkUpdate,
     MemoryBase,
     OnCorrupt,
-    OnDuplicate,
     StoredMsg,
-    prepare_add,
 )
 from mnemoscope.memory._in_memory import InMemoryMemory
 from mnemoscope.message import Msg
@@ -186,21 +185,14 @@ class SessionStoreMemory(MemoryBase):
         await self._call(what, lambda: self.store.rewrite(self.user_id, self.session_id, entries))
 
     # ------------------------------------------------------------------ writing
-    async def add(
-        self,
-        msgs: Msg | Sequence[Msg] | None,
-        marks: AddMarks = None,
-        *,
-        on_duplicate: OnDuplicate = "ignore",
-    ) -> int:
-        items, _plan = prepare_add(msgs, marks, on_duplicate)  # bad input fails before a load
-        if not items:
-            return 0
+    async def _add(self, request: AddRequest) -> int:
         async with self._lock:
             copy, corrupt = await self._working_copy()
             before = {m.id for m in await copy.get()}
-            added = await copy.add(items, marks, on_duplicate=on_duplicate)
-            replaced = on_duplicate == "replace" and any(m.id in before for m in items)
+            added = await copy._add(request)
+            replaced = request.on_duplicate == "replace" and any(
+                m.id in before for m in request.msgs
+            )
             if replaced:
                 await self._rewrite(copy, corrupt, "replace messages")
             elif added:
@@ -212,13 +204,13 @@ class SessionStoreMemory(MemoryBase):
                 )
             return added
 
-    async def delete(self, ids: str | Iterable[str]) -> int:
-        return await self._delete(lambda copy: copy.delete(ids))
+    async def _delete(self, ids: list[str]) -> int:
+        return await self._delete_in_copy(lambda copy: copy._delete(ids))
 
-    async def delete_by_mark(self, marks: Marks) -> int:
-        return await self._delete(lambda copy: copy.delete_by_mark(marks))
+    async def _delete_by_mark(self, marks: list[str]) -> int:
+        return await self._delete_in_copy(lambda copy: copy._delete_by_mark(marks))
 
-    async def _delete(self, delete: Callable[[InMemoryMemory], Awaitable[int]]) -> int:
+    async def _delete_in_copy(self, delete: Callable[[InMemoryMemory], Awaitable[int]]) -> int:
         """Run ``delete`` on a working copy of the session, under the lock; the store is
         rewritten only when it removed something."""
         async with self._lock:
@@ -228,42 +220,29 @@ class SessionStoreMemory(MemoryBase):
                 await self._rewrite(copy, corrupt, "delete messages")
             return deleted
 
-    async def update_marks(
-        self,
-        ids: str | Iterable[str] | None = None,
-        *,
-        add: Marks = None,
-        remove: Marks = None,
-    ) -> int:
+    async def _update_marks(self, update: MarkUpdate) -> int:
         async with self._lock:
             copy, corrupt = await self._working_copy()
             before = (await copy.export_state()).messages
-            found = await copy.update_marks(ids, add=add, remove=remove)
+            found = await copy._update_marks(update)
             if (await copy.export_state()).messages != before:
                 await self._rewrite(copy, corrupt, "change marks")
             return found
 
-    async def clear(self) -> None:
+    async def _clear(self) -> None:
         async with self._lock:
             await self._call("clear", lambda: self.store.rewrite(self.user_id, self.session_id, []))
 
     # ------------------------------------------------------------------ reading
-    async def get(
-        self,
-        *,
-        last_n: int | None = None,
-        marks: Marks = None,
-        exclude_marks: Marks = None,
-        on_corrupt: OnCorrupt = "skip",
-    ) -> list[Msg]:
-        copy, _corrupt = await self._working_copy(on_corrupt)
-        return await copy.get(last_n=last_n, marks=marks, exclude_marks=exclude_marks)
+    async def _get(self, query: GetQuery) -> list[Msg]:
+        copy, _corrupt = await self._working_copy(query.on_corrupt)
+        return await copy._get(query)
 
-    async def get_marks(self, msg_id: str) -> list[str] | None:
+    async def _get_marks(self, msg_id: str) -> list[str] | None:
         copy, _corrupt = await self._working_copy()
         return await copy.get_marks(msg_id)
 
-    async def size(self) -> int:
+    async def _size(self) -> int:
         copy, _corrupt = await self._working_copy()
         return await copy.size()
 

@@ -65,26 +65,11 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Iterable, Sequence
 from typing import Any
 
 from mnemoscope._optional import require
 from mnemoscope.errors import MissingExtraError, UserError
-from mnemoscope.memory._base import (
-    AddMarks,
-    Marks,
-    MemoryBase,
-    MemoryState,
-    OnCorrupt,
-    OnDuplicate,
-    StoredMsg,
-    decode_one,
-    decode_rows,
-    dump_msgs,
-    normalize_ids,
-    normalize_marks,
-    prepare_add,
-)
+from mnemoscope.memory._base import AddRequest, GetQuery, MarkUpdate, MemoryBase
 from mnemoscope.message import Msg
 
 require("sqlalchemy.ext.asyncio", extra="sql", feature="AsyncSQLAlchemyMemory")
@@ -334,49 +319,27 @@ class AsyncSQLAlchemyMemory(MemoryBase):
         return done
 
     # ------------------------------------------------------------------- writing
-    async def add(
-        self,
-        msgs: Msg | Sequence[Msg] | None,
-        marks: AddMarks = None,
-        *,
-        on_duplicate: OnDuplicate = "ignore",
-    ) -> int:
-        items, plan = prepare_add(msgs, marks, on_duplicate)
-        if not items:
-            return 0
+    async def _add(self, request: AddRequest) -> int:
+        plan = request.marks
         for m in plan if isinstance(plan, list) else {m for v in plan.values() for m in v}:
             check_key("a mark", m)
-        for msg in items:
+        for msg in request.msgs:
             check_key("a message id", msg.id)
-        payload = dump_msgs(items)  # every message validated before anything is written
         await self._ensure_tables()  # connects: the dialect knows the server after that
-        return await self._dialect.add(payload, plan, on_duplicate)
+        return await self._dialect.add(request.payload, plan, request.on_duplicate)
 
-    async def delete(self, ids: str | Iterable[str]) -> int:
-        id_list = list(dict.fromkeys(normalize_ids(ids)))
-        if not id_list:
-            return 0
+    async def _delete(self, ids: list[str]) -> int:
         await self._ensure_tables()
-        return await self._dialect.delete(id_list)
+        return await self._dialect.delete(ids)
 
-    async def delete_by_mark(self, marks: Marks) -> int:
-        mark_list = normalize_marks(marks)
-        if not mark_list:
-            return 0
+    async def _delete_by_mark(self, marks: list[str]) -> int:
         await self._ensure_tables()
-        return await self._dialect.delete_by_mark(mark_list)
+        return await self._dialect.delete_by_mark(marks)
 
-    async def update_marks(
-        self,
-        ids: str | Iterable[str] | None = None,
-        *,
-        add: Marks = None,
-        remove: Marks = None,
-    ) -> int:
-        to_add, to_remove = normalize_marks(add), normalize_marks(remove)
+    async def _update_marks(self, update: MarkUpdate) -> int:
+        to_add, to_remove, id_list = update.add, update.remove, update.ids
         for m in to_add:
             check_key("a mark", m)
-        id_list = None if ids is None else list(dict.fromkeys(normalize_ids(ids)))
         t, k = self.messages, self.marks
         dialect = self._dialect
 
@@ -422,28 +385,17 @@ class AsyncSQLAlchemyMemory(MemoryBase):
         await self._ensure_tables()
         return await dialect.transaction(work, write=True, what="update_marks")
 
-    async def clear(self) -> None:
+    async def _clear(self) -> None:
         await self._ensure_tables()
         await self._dialect.clear()
 
     # ------------------------------------------------------------------- reading
-    async def get(
-        self,
-        *,
-        last_n: int | None = None,
-        marks: Marks = None,
-        exclude_marks: Marks = None,
-        on_corrupt: OnCorrupt = "skip",
-    ) -> list[Msg]:
-        if last_n is not None and last_n <= 0:
-            return []
+    async def _get(self, query: GetQuery) -> list[Msg]:
         await self._ensure_tables()
-        rows = await self._dialect.read(
-            normalize_marks(marks), normalize_marks(exclude_marks), last_n
-        )
-        if last_n is not None:
+        rows = await self._dialect.read(query.marks, query.exclude_marks, query.last_n)
+        if query.last_n is not None:
             rows.reverse()
-        return decode_rows(self, [r[0] for r in rows], [r[1] for r in rows], on_corrupt)
+        return self._decode([r[0] for r in rows], [r[1] for r in rows], query.on_corrupt)
 
     async def _query(self, stmt: sa.Select[Any], what: str) -> list[Any]:
         """The rows of one ``SELECT`` (retried like every operation)."""
@@ -454,7 +406,7 @@ class AsyncSQLAlchemyMemory(MemoryBase):
         await self._ensure_tables()
         return await self._dialect.transaction(work, write=False, what=what)
 
-    async def get_marks(self, msg_id: str) -> list[str] | None:
+    async def _get_marks(self, msg_id: str) -> list[str] | None:
         t, k = self.messages, self.marks
         stmt = (
             sa.select(t.c.msg_id, k.c.mark)
@@ -475,15 +427,15 @@ class AsyncSQLAlchemyMemory(MemoryBase):
             return None
         return sorted(r[1] for r in rows if r[1] is not None)
 
-    async def size(self) -> int:
+    async def _size(self) -> int:
         t = self.messages
         rows = await self._query(
             sa.select(sa.func.count()).select_from(t).where(self._where(t)), "size"
         )
         return int(rows[0][0])
 
-    async def export_state(self) -> MemoryState:
-        """The whole session with marks in two queries of one transaction."""
+    async def _export_rows(self) -> list[tuple[Any, Any, list[str]]]:
+        # two queries of one transaction
         t, k = self.messages, self.marks
 
         async def work(conn: AsyncConnection) -> tuple[list[Any], list[Any]]:
@@ -500,12 +452,7 @@ class AsyncSQLAlchemyMemory(MemoryBase):
         by_id: dict[str, list[str]] = {}
         for msg_id, mark in mark_rows:
             by_id.setdefault(msg_id, []).append(mark)
-        entries = []
-        for msg_id, data in rows:
-            msg = decode_one(self, msg_id, data, "raise")
-            assert msg is not None
-            entries.append(StoredMsg(msg=msg, marks=sorted(by_id.get(msg_id, []))))
-        return MemoryState(user_id=self.user_id, session_id=self.session_id, messages=entries)
+        return [(msg_id, data, sorted(by_id.get(msg_id, []))) for msg_id, data in rows]
 
     # ----------------------------------------------------------------- lifecycle
     async def aclose(self) -> None:

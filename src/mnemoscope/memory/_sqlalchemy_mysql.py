@@ -126,6 +126,22 @@ def supports_block(dialect: Any) -> bool:
     return tuple(version[:2]) >= MIN_MARIADB
 
 
+def _block_head(sessions: str, collation: str, declare: str, *, bump: int) -> str:
+    """The start of an add block: user ``u`` and session ``s`` (the first two ``%s``
+    parameters), ``declare`` (more variables), ``base``; a transaction holding the
+    session's counter row lock, its ``last_seq`` advanced by ``bump`` (the row is created
+    on the session's first write) and read into ``base``."""
+    return f"""BEGIN NOT ATOMIC
+  DECLARE u {_key(collation)} DEFAULT %s;
+  DECLARE s {_key(collation)} DEFAULT %s;
+  {declare}
+  DECLARE base BIGINT DEFAULT 0;
+  START TRANSACTION;
+  INSERT INTO {sessions} (user_id, session_id, last_seq) VALUES (u, s, {bump})
+    ON DUPLICATE KEY UPDATE last_seq = last_seq + {bump};
+  SELECT last_seq INTO base FROM {sessions} WHERE user_id = u AND session_id = s FOR UPDATE;"""
+
+
 def _rows_sql(count: int, collation: str) -> str:
     # the first branch fixes the derived table's column types and collations
     first = (
@@ -159,15 +175,8 @@ def add_ignore_sql(
     JOIN {m} AS i ON i.user_id = u AND i.session_id = s AND i.msg_id = x.msg_id
     WHERE i.seq > base;
   END IF;"""
-    return f"""BEGIN NOT ATOMIC
-  DECLARE u {_key(collation)} DEFAULT %s;
-  DECLARE s {_key(collation)} DEFAULT %s;
-  DECLARE base BIGINT DEFAULT 0;
-  DECLARE n BIGINT DEFAULT 0;
-  START TRANSACTION;
-  INSERT INTO {s} (user_id, session_id, last_seq) VALUES (u, s, 0)
-    ON DUPLICATE KEY UPDATE last_seq = last_seq;
-  SELECT last_seq INTO base FROM {s} WHERE user_id = u AND session_id = s FOR UPDATE;
+    head = _block_head(s, collation, "DECLARE n BIGINT DEFAULT 0;", bump=0)
+    return f"""{head}
   INSERT INTO {m} (user_id, session_id, seq, msg_id, msg_json)
   SELECT u, s, base + ROW_NUMBER() OVER (ORDER BY b.ord), b.msg_id, b.msg_json
   FROM ({_rows_sql(count, collation)}) AS b
@@ -194,16 +203,10 @@ def add_one_sql(prefix: str, mark_count: int, collation: str = MARIADB_COLLATION
     if mark_count:
         rows = ", ".join(["(u, s, i, %s, base)"] * mark_count)
         marks = f"INSERT INTO {k} (user_id, session_id, msg_id, mark, seq) VALUES {rows};"
-    return f"""BEGIN NOT ATOMIC
-  DECLARE u {_key(collation)} DEFAULT %s;
-  DECLARE s {_key(collation)} DEFAULT %s;
-  DECLARE i {_key(collation)} DEFAULT %s;
-  DECLARE base BIGINT DEFAULT 0;
-  DECLARE dup INT DEFAULT 0;
-  START TRANSACTION;
-  INSERT INTO {s} (user_id, session_id, last_seq) VALUES (u, s, 1)
-    ON DUPLICATE KEY UPDATE last_seq = last_seq + 1;
-  SELECT last_seq INTO base FROM {s} WHERE user_id = u AND session_id = s FOR UPDATE;
+    head = _block_head(
+        s, collation, f"DECLARE i {_key(collation)} DEFAULT %s; DECLARE dup INT DEFAULT 0;", bump=1
+    )
+    return f"""{head}
   BEGIN
     DECLARE CONTINUE HANDLER FOR 1062 SET dup = 1;
     INSERT INTO {m} (user_id, session_id, seq, msg_id, msg_json) VALUES (u, s, base, i, %s);

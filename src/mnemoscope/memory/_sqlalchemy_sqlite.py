@@ -248,6 +248,7 @@ def _add(
     marks: MarkPlan,
     on_duplicate: str,
 ) -> int:
+    """The whole of ``add`` (inside the caller's transaction); how many were new."""
     msgs, mark_table, sessions = f"{prefix}_messages", f"{prefix}_marks", f"{prefix}_sessions"
     existing: dict[str, int] = {}
     ids = list(dict.fromkeys(i for i, _ in payload))
@@ -303,19 +304,6 @@ def _add(
     return len(new)
 
 
-def add_sync(
-    conn: sqlite3.Connection,
-    prefix: str,
-    user: str,
-    session: str,
-    payload: list[tuple[str, str]],
-    marks: MarkPlan,
-    on_duplicate: str,
-) -> int:
-    """The whole of ``add`` as one ``BEGIN IMMEDIATE`` ... ``COMMIT`` transaction."""
-    return _write(conn, _add, prefix, user, session, payload, marks, on_duplicate)
-
-
 def _delete_ids(
     conn: sqlite3.Connection, prefix: str, user: str, session: str, ids: list[str]
 ) -> int:
@@ -336,29 +324,16 @@ def _delete_ids(
     return deleted
 
 
-def delete_sync(
-    conn: sqlite3.Connection, prefix: str, user: str, session: str, ids: list[str]
-) -> int:
-    """``delete``: the messages and their marks in one transaction; how many were stored."""
-    return _write(conn, _delete_ids, prefix, user, session, ids)
-
-
 def _delete_by_mark(
     conn: sqlite3.Connection, prefix: str, user: str, session: str, marks: list[str]
 ) -> int:
+    """Find the marked messages and delete them (inside the caller's transaction)."""
     rows = conn.execute(
         f"SELECT DISTINCT msg_id FROM {prefix}_marks WHERE user_id = ? AND session_id = ? "
         f"AND mark {_in(len(marks))}",
         (user, session, *marks),
     )
     return _delete_ids(conn, prefix, user, session, [r[0] for r in rows])
-
-
-def delete_by_mark_sync(
-    conn: sqlite3.Connection, prefix: str, user: str, session: str, marks: list[str]
-) -> int:
-    """``delete_by_mark``: find and delete in one transaction; how many messages went."""
-    return _write(conn, _delete_by_mark, prefix, user, session, marks)
 
 
 def _clear(conn: sqlite3.Connection, prefix: str, user: str, session: str) -> None:
@@ -368,11 +343,6 @@ def _clear(conn: sqlite3.Connection, prefix: str, user: str, session: str) -> No
         conn.execute(
             f"DELETE FROM {prefix}_{table} WHERE user_id = ? AND session_id = ?", (user, session)
         )
-
-
-def clear_sync(conn: sqlite3.Connection, prefix: str, user: str, session: str) -> None:
-    """``clear``: the session's messages and marks in one transaction (not its counter)."""
-    _write(conn, _clear, prefix, user, session)
 
 
 def read_sync(conn: sqlite3.Connection, sql: str, args: tuple[Any, ...]) -> list[Any]:
@@ -413,17 +383,22 @@ class SQLiteDialect(SqlDialect):
             what=f"AsyncSQLAlchemyMemory.{what}",
         )
 
+    async def _run_write(self, fn: Callable[..., _T], *args: Any, what: str) -> _T:
+        """``fn(connection, prefix, user, session, *args)`` as one ``BEGIN IMMEDIATE``
+        ... ``COMMIT`` transaction in the worker, retried while locked."""
+        return await self._run(_write, fn, *self._key, *args, what=what)
+
     async def add(self, payload: list[tuple[str, str]], plan: MarkPlan, on_duplicate: str) -> int:
-        return await self._run(add_sync, *self._key, payload, plan, on_duplicate, what="add")
+        return await self._run_write(_add, payload, plan, on_duplicate, what="add")
 
     async def delete(self, ids: list[str]) -> int:
-        return await self._run(delete_sync, *self._key, ids, what="delete")
+        return await self._run_write(_delete_ids, ids, what="delete")
 
     async def delete_by_mark(self, marks: list[str]) -> int:
-        return await self._run(delete_by_mark_sync, *self._key, marks, what="delete_by_mark")
+        return await self._run_write(_delete_by_mark, marks, what="delete_by_mark")
 
     async def clear(self) -> None:
-        await self._run(clear_sync, *self._key, what="clear")
+        await self._run_write(_clear, what="clear")
 
     async def read(self, want: list[str], skip: list[str], last_n: int | None) -> list[Any]:
         sql, params = read_sql(self.rows.prefix, "qmark", len(want), len(skip), last_n is not None)
