@@ -14,7 +14,7 @@ from typing import Any, ClassVar, NamedTuple, Protocol
 
 from mnemoscope._http import SDKClientAdapter
 from mnemoscope.message import Msg
-from mnemoscope.model._base import ChatModelBase, ToolSchema
+from mnemoscope.model._base import ChatCall, ChatModelBase, ToolSchema
 from mnemoscope.model._response import ChatChunk, ChatResponse, ToolChoice
 
 
@@ -57,22 +57,16 @@ class SDKChatModel(SDKClientAdapter, ChatModelBase):
     _sdk_error: ClassVar[str]
     """The name of the root of the SDK's exceptions (``"OpenAIError"``, ...)."""
 
-    def build_request(
-        self,
-        messages: list[Msg],
-        tools: list[ToolSchema],
-        tool_choice: ToolChoice | None,
-        **kwargs: Any,
-    ) -> dict[str, Any]:
+    def build_request(self, call: ChatCall) -> dict[str, Any]:
         """The keyword arguments of the SDK's create call for one model call."""
         request: dict[str, Any] = {
             "model": self.model,
-            **self.wire.messages(messages),
-            **self._options(kwargs),
+            **self.wire.messages(call.messages),
+            **self._options(call.kwargs),
         }
-        if tools:
-            request["tools"] = self.wire.tools(tools)
-            choice = self.wire.tool_choice(tool_choice)
+        if call.tools:
+            request["tools"] = self.wire.tools(call.tools)
+            choice = self.wire.tool_choice(call.tool_choice)
             if choice is not None:
                 request["tool_choice"] = choice
         return request
@@ -93,28 +87,16 @@ class SDKChatModel(SDKClientAdapter, ChatModelBase):
         # the SDK's own errors, and a reply the formatter cannot read
         return (getattr(self._sdk, self._sdk_error), ValueError, KeyError, TypeError)
 
-    async def _call(
-        self,
-        messages: list[Msg],
-        tools: list[ToolSchema],
-        tool_choice: ToolChoice | None,
-        **kwargs: Any,
-    ) -> ChatResponse:
-        request = self.build_request(messages, tools, tool_choice, **kwargs)
+    async def _call(self, call: ChatCall) -> ChatResponse:
+        request = self.build_request(call)
         try:
             reply = await self._send(request)
             return self.wire.parse(reply.model_dump())
         except self._failures() as exc:
             raise self._error(exc) from exc
 
-    async def _stream(
-        self,
-        messages: list[Msg],
-        tools: list[ToolSchema],
-        tool_choice: ToolChoice | None,
-        **kwargs: Any,
-    ) -> AsyncIterator[ChatChunk]:
-        request = self.build_request(messages, tools, tool_choice, **kwargs)
+    async def _stream(self, call: ChatCall) -> AsyncIterator[ChatChunk]:
+        request = self.build_request(call)
         self._stream_request(request)
         acc = self.wire.accumulator()
         try:
