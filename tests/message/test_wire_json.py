@@ -11,33 +11,22 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import BaseModel, TypeAdapter
 
-from mnemoscope.message import (
-    Base64Source,
-    ContentBlock,
-    HintBlock,
-    ImageBlock,
-    Msg,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-    URLSource,
-)
+from mnemoscope import message as m
 
 AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 BLOCKS: list[tuple[BaseModel, str]] = [
-    (TextBlock(text="hi"), '{"type":"text","text":"hi"}'),
-    (ThinkingBlock(thinking="hmm"), '{"type":"thinking","thinking":"hmm"}'),
+    (m.TextBlock(text="hi"), '{"type":"text","text":"hi"}'),
+    (m.ThinkingBlock(thinking="hmm"), '{"type":"thinking","thinking":"hmm"}'),
     (
-        ToolUseBlock(id="c1", name="Read", input={"path": "a.md"}),
+        m.ToolUseBlock(id="c1", name="Read", input={"path": "a.md"}),
         '{"type":"tool_use","id":"c1","name":"Read","input":{"path":"a.md"}}',
     ),
     (
-        ToolResultBlock(
+        m.ToolResultBlock(
             id="c1",
             name="Read",
-            output=[TextBlock(text="x"), ImageBlock(source=URLSource(url="http://x/a.png"))],
+            output=[m.TextBlock(text="x"), m.ImageBlock(source=m.URLSource(url="http://x/a.png"))],
             state="error",
             metadata={"v": 1},
         ),
@@ -46,17 +35,17 @@ BLOCKS: list[tuple[BaseModel, str]] = [
         '"metadata":{"v":1}}',
     ),
     (
-        ToolResultBlock(id="c2", name="Grep"),
+        m.ToolResultBlock(id="c2", name="Grep"),
         '{"type":"tool_result","id":"c2","name":"Grep","output":"","state":"success",'
         '"metadata":{}}',
     ),
     (
-        HintBlock(hint="remember", source="mem0"),
+        m.HintBlock(hint="remember", source="mem0"),
         '{"type":"hint","hint":"remember","source":"mem0"}',
     ),
-    (HintBlock(hint="h"), '{"type":"hint","hint":"h","source":null}'),
+    (m.HintBlock(hint="h"), '{"type":"hint","hint":"h","source":null}'),
     (
-        ImageBlock(source=Base64Source(media_type="image/png", data="AAAA")),
+        m.ImageBlock(source=m.Base64Source(media_type="image/png", data="AAAA")),
         '{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AAAA"}}',
     ),
 ]
@@ -65,11 +54,11 @@ BLOCKS: list[tuple[BaseModel, str]] = [
 @pytest.mark.parametrize(("block", "expected"), BLOCKS, ids=lambda v: type(v).__name__)
 def test_block_json_is_frozen(block: BaseModel, expected: str) -> None:
     assert block.model_dump_json() == expected
-    assert TypeAdapter(ContentBlock).validate_json(expected) == block
+    assert TypeAdapter(m.ContentBlock).validate_json(expected) == block
 
 
 def test_msg_json_is_frozen() -> None:
-    msg = Msg(
+    msg = m.Msg(
         id="m1",
         name="alice",
         role="assistant",
@@ -83,4 +72,4 @@ def test_msg_json_is_frozen() -> None:
         + '],"metadata":{"k":"v"},"timestamp":"2026-01-02T03:04:05Z","version":1}'
     )
     assert msg.model_dump_json() == expected
-    assert Msg.model_validate_json(expected) == msg
+    assert m.Msg.model_validate_json(expected) == msg
