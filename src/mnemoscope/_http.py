@@ -9,7 +9,7 @@ unusable response").
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 from mnemoscope._redact import redact_text, redact_url, scrub_exception
 from mnemoscope.errors import ModelCallError, UserError
@@ -70,6 +70,20 @@ def model_call_error(
     return error
 
 
+class ClientOptions(TypedDict, total=False):
+    """The keyword options of an SDK adapter's constructor that reach its HTTP client.
+
+    An adapter that puts other parameters first (the DashScope models take the credential
+    first) declares ``**options: Unpack[...]`` of these and forwards them unchanged, instead
+    of repeating each one.
+    """
+
+    base_url: str | None
+    timeout: float
+    max_retries: int
+    client: Any | None
+
+
 class SDKClientAdapter:
     """What an adapter over a provider SDK's async HTTP client keeps: the client, the
     server it talks to, and whether it built the client (and so closes it).
@@ -108,15 +122,19 @@ class SDKClientAdapter:
         """Use ``client`` as is, or ``build(credential, base_url)`` one from the credential.
 
         Raises:
-            UserError: both ``credential`` and ``api_key``, or a credential of another type.
+            UserError: both ``credential`` and ``api_key``, or a credential of another type
+                (a string included).
         """
         name = type(self).__name__
         if credential is not None and api_key is not None:
             raise UserError(f"{name}: pass either credential= or api_key=, not both")
         if credential is not None and not isinstance(credential, self.credential_class):
+            wanted = f"credential={self.credential_class.__name__}(api_key=...)"
             raise UserError(
-                f"{name} expects credential={self.credential_class.__name__}(...), "
-                f"got {type(credential).__name__}"
+                f"{name} expects {wanted}, got {type(credential).__name__}"
+                # a string is a model name or key in the credential's place (the DashScope
+                # models take the credential first): say how to write the call
+                + (f"; write {name}({wanted}, model=...)" if isinstance(credential, str) else "")
             )
         self._owns_client = client is None
         self.credential = credential

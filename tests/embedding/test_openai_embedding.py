@@ -100,6 +100,8 @@ def test_dashscope_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
         DashScopeEmbeddingModel(credential=DashScopeCredential(api_key=KEY), batch_size=25)
     with pytest.raises(UserError, match="dimensions"):
         DashScopeEmbeddingModel(credential=DashScopeCredential(api_key=KEY), dimensions=0)
+    with pytest.raises(UserError, match=r"got str; write DashScopeEmbeddingModel\(credential="):
+        DashScopeEmbeddingModel("text-embedding-v4")  # type: ignore[arg-type]
     monkeypatch.delenv("DASHSCOPE_API_KEY", raising=False)
     with pytest.raises(UserError, match="DASHSCOPE_API_KEY"):
         DashScopeEmbeddingModel()

@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 from mnemoscope.credential import AnthropicCredential
-from mnemoscope.errors import MissingExtraError, ModelCallError
+from mnemoscope.errors import MissingExtraError, ModelCallError, UserError
 from mnemoscope.message import AssistantMsg, Msg, SystemMsg, ToolResultBlock, UserMsg
 from mnemoscope.model import AnthropicChatModel, ToolSchema
 from mnemoscope.testing import OpenAICompatServer, ServerReply, ServerToolCall
@@ -140,3 +140,26 @@ async def test_unreachable_server_is_reported_as_unreachable() -> None:
             await model([UserMsg("a", "hi")])
     finally:
         await model.aclose()
+
+
+def test_construction_checks_what_every_sdk_model_checks() -> None:
+    # the SDK models share one constructor: AnthropicChatModel once skipped these checks
+    with pytest.raises(UserError, match="needs a model name"):
+        AnthropicChatModel("", api_key=KEY)
+    with pytest.raises(UserError, match="not both"):
+        AnthropicChatModel("claude", AnthropicCredential(api_key=KEY), api_key=KEY)
+    with pytest.raises(UserError, match=r"expects credential=AnthropicCredential"):
+        AnthropicChatModel("claude", "sk-ant")  # type: ignore[arg-type]
+
+
+async def test_a_passed_client_is_used_and_left_open(server: OpenAICompatServer) -> None:
+    import anthropic
+
+    client = anthropic.AsyncAnthropic(api_key=KEY, base_url=server.root_url, max_retries=0)
+    model = AnthropicChatModel("claude-test", client=client)
+    server.queue(ServerReply(text="Hi"))
+    assert (await model([UserMsg("a", "hi")])).text == "Hi"
+    await model.aclose()
+    assert not client.is_closed()
+    assert model.base_url == str(client.base_url)
+    await client.close()

@@ -324,3 +324,30 @@ def test_stream_accumulator_joins_fragments() -> None:
     ]
     assert final.stop_reason == "tool_calls"
     assert final.usage is not None and final.usage.output_tokens == 7
+
+
+def test_a_stream_and_the_same_reply_unstreamed_give_the_same_response() -> None:
+    # the accumulator folds the stream into a reply body and parses it as one
+    message = {
+        "reasoning_content": "hmm",
+        "content": "Hi",
+        "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": '{"a": 1}'}}],
+    }
+    body = {
+        "id": "r1",
+        "model": "m",
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 4},
+    }
+    acc = OpenAIStreamAccumulator()
+    for delta in (
+        {"reasoning_content": "hmm"},
+        {"content": "H"},
+        {"content": "i"},
+        {"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "f", "arguments": '{"a"'}}]},
+        {"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]},
+    ):
+        acc.feed({"id": "r1", "model": "m", "choices": [{"index": 0, "delta": delta}]})
+    acc.feed({"id": "r1", "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    acc.feed({"id": "r1", "choices": [], "usage": body["usage"]})
+    assert acc.finish() == parse_openai_response(body)

@@ -272,7 +272,8 @@ def test_misconfiguration_is_a_user_error(monkeypatch: pytest.MonkeyPatch) -> No
         OpenAIChatModel("m", OpenAICredential(api_key=KEY), api_key=KEY)
     with pytest.raises(UserError, match="DashScopeCredential"):
         DashScopeChatModel(credential=OpenAICredential(api_key=KEY))  # type: ignore[arg-type]
-    with pytest.raises(UserError, match="credential first"):
+    # a model name where the credential goes first: the message shows the call to write
+    with pytest.raises(UserError, match=r"got str; write DashScopeChatModel\(credential="):
         DashScopeChatModel("qwen-max")  # type: ignore[arg-type]
 
 

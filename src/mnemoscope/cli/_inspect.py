@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import secrets
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,9 @@ from mnemoscope.errors import UserError
 
 DEFAULT_PORT = 8765
 DEFAULT_AUDIT = "mnemoscope_audit.db"
+SHOWN_OPTIONS = ("store", "prefix", "ltm", "mem0", "workdir", "audit", "embedding")
+"""The options that say what the inspector shows: ``inspect --<name>`` and
+``serve --inspector-<name>`` (see :func:`inspector_app`)."""
 
 
 def add_inspect_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -82,8 +86,6 @@ def add_inspect_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def build_app(args: argparse.Namespace) -> tuple[Any, str]:
     """The app and the sign-in link for these arguments (no server started)."""
-    from mnemoscope.inspector import create_inspector_app
-
     if not (args.store or args.ltm or args.mem0 or args.workdir):
         raise UserError("give at least one of --store URL, --ltm PATH, --mem0 DIR or --workdir DIR")
     if args.ltm and args.mem0:
@@ -101,19 +103,25 @@ def build_app(args: argparse.Namespace) -> tuple[Any, str]:
             prompt = Path(args.system_prompt).read_text(encoding="utf-8")
         except OSError as exc:
             raise UserError(f"--system-prompt {args.system_prompt!r}: {exc.strerror}") from None
-    app = create_inspector_app(
-        store=args.store,
-        auth=auth,
-        ltm=args.ltm,
-        mem0=args.mem0,
-        workdir=args.workdir,
-        audit=args.audit,
-        system_prompt=prompt,
-        max_tokens=args.max_tokens,
-        store_prefix=args.prefix,
-        embedding_model=embedder_named(args.embedding),
-    )
+    app = inspector_app(vars(args), auth=auth, system_prompt=prompt, max_tokens=args.max_tokens)
     return app, signin
+
+
+def inspector_app(options: Mapping[str, Any], **kwargs: Any) -> Any:
+    """The inspector showing what ``options`` (:data:`SHOWN_OPTIONS`, ``None`` when not
+    given) names; ``kwargs`` (``auth``, ...) go to ``create_inspector_app`` as they are."""
+    from mnemoscope.inspector import create_inspector_app
+
+    return create_inspector_app(
+        store=options["store"],
+        ltm=options["ltm"],
+        mem0=options["mem0"],
+        workdir=options["workdir"],
+        audit=options["audit"],
+        store_prefix=options["prefix"] or "mnemoscope",
+        embedding_model=embedder_named(options["embedding"]),
+        **kwargs,
+    )
 
 
 def embedder_named(name: str | None) -> Any:

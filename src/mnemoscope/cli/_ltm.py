@@ -35,7 +35,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from mnemoscope.cli._text import merge_location, pick_location, plural, progress
+from mnemoscope.cli._text import Subcommands, merge_location, pick_location, plural, progress
 from mnemoscope.errors import CLIUsageError
 
 DB_ENV = "MNEMOSCOPE_LTM_DB"
@@ -55,41 +55,30 @@ def _add_embedder_dir(parser: argparse.ArgumentParser) -> None:
 
 def add_ltm_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``ltm`` and its subcommands to the ``mnemoscope`` parser."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
+    subs = Subcommands(subparsers, "ltm", help="inspect a native long-term memory store")
+    subs.location(
+        "STORE",
         "--db",
-        default=argparse.SUPPRESS,
         help=f"the store file, also accepted positionally (default: ${DB_ENV} or {DEFAULT_DB})",
     )
-    common.add_argument("--user", default=argparse.SUPPRESS, help="the user_id")
-    common.add_argument("--agent", default=argparse.SUPPRESS, help="only this agent_id")
-    common.add_argument("--run", default=argparse.SUPPRESS, help="only this run_id")
-    common.add_argument(
-        "--json", action="store_true", default=argparse.SUPPRESS, help="JSON output"
-    )
+    subs.option("--user", help="the user_id")
+    subs.option("--agent", help="only this agent_id")
+    subs.option("--run", help="only this run_id")
+    subs.option("--json", action="store_true", help="JSON output")
 
-    parser = subparsers.add_parser(
-        "ltm", help="inspect a native long-term memory store", parents=[common]
-    )
-    sub = parser.add_subparsers(dest="ltm_command", metavar="SUBCOMMAND")
+    subs.add("users", _users, "the users of a store and their counts", location=True)
 
-    users = sub.add_parser("users", help="the users of a store and their counts", parents=[common])
-    users.add_argument("store", nargs="?", metavar="STORE")
-    users.set_defaults(ltm_handler=_users)
-
-    ls = sub.add_parser("ls", help="list a user's memories, oldest first", parents=[common])
-    ls.add_argument("store", nargs="?", metavar="STORE")
+    ls = subs.add("ls", _ls, "list a user's memories, oldest first", location=True)
     ls.add_argument("--all", action="store_true", help="include superseded and expired ones")
     ls.add_argument("--limit", type=int, default=None, help="at most this many")
-    ls.set_defaults(ltm_handler=_ls)
 
-    search = sub.add_parser(
+    search = subs.add(
         "search",
-        help="rank a user's memories for a query",
-        parents=[common],
+        _search,
+        "rank a user's memories for a query",
+        words="QUERY",
         usage="mnemoscope ltm search [STORE] QUERY [--user USER] [options]",
     )
-    search.add_argument("words", nargs="+", metavar="[STORE] QUERY")
     search.add_argument("--limit", type=int, default=5)
     search.add_argument("--mode", choices=["lexical", "hybrid", "dense"], default=None)
     search.add_argument(
@@ -100,42 +89,34 @@ def add_ltm_parser(subparsers: Any) -> argparse.ArgumentParser:
         "hash embedder; must be what the store was built with",
     )
     _add_embedder_dir(search)
-    search.set_defaults(ltm_handler=_search)
 
-    forget = sub.add_parser(
+    forget = subs.add(
         "forget",
-        help="delete memories by id, or a whole user",
-        parents=[common],
+        _forget,
+        "delete memories by id, or a whole user",
         usage="mnemoscope ltm forget [STORE] ID [ID ...] | [STORE] --user USER --everything",
     )
     forget.add_argument("ids", nargs="*", metavar="ID")
     forget.add_argument(
         "--everything", action="store_true", help="erase every memory and history of --user"
     )
-    forget.set_defaults(ltm_handler=_forget)
 
-    export = sub.add_parser(
-        "export", help="write a user's memories as JSON lines", parents=[common]
-    )
-    export.add_argument("store", nargs="?", metavar="STORE")
+    export = subs.add("export", _export, "write a user's memories as JSON lines", location=True)
     export.add_argument("--out", default=None, help="file to write (default: stdout)")
     export.add_argument("--history", action="store_true", help="include each memory's history")
-    export.set_defaults(ltm_handler=_export)
 
-    reembed = sub.add_parser(
-        "reembed",
-        help="re-embed every memory with another embedding model",
-        parents=[common],
+    reembed = subs.add(
+        "reembed", _reembed, "re-embed every memory with another embedding model", location=True
     )
-    reembed.add_argument("store", nargs="?", metavar="STORE")
     reembed.add_argument("--embedding", choices=EMBEDDERS, required=True)
     reembed.add_argument("--batch-size", type=int, default=256)
     _add_embedder_dir(reembed)
-    reembed.set_defaults(ltm_handler=_reembed)
 
-    build = sub.add_parser(
+    build = subs.add(
         "build-embedder",
-        help="distil the local MiniLM into a static embedder (offline, ~45 s of CPU)",
+        _build_embedder,
+        "distil the local MiniLM into a static embedder (offline, ~45 s of CPU)",
+        common=False,
         description="Distil all-MiniLM-L6-v2 into a static (model2vec) embedder: a token "
         "table that embeds a query in well under a millisecond, for big imports, tests and "
         "small machines. Offline; needs the 'local' extra (or 'local-torch' for "
@@ -154,10 +135,10 @@ def add_ltm_parser(subparsers: Any) -> argparse.ArgumentParser:
     build.add_argument(
         "--overwrite", action="store_true", help="replace the embedder already in OUT_DIR"
     )
-    build.set_defaults(ltm_handler=_build_embedder, ltm_needs_store=False)
+    build.set_defaults(ltm_needs_store=False)
 
-    parser.set_defaults(handler=run_ltm, ltm_parser=parser)
-    return parser
+    subs.parser.set_defaults(handler=run_ltm, ltm_parser=subs.parser)
+    return subs.parser
 
 
 def run_ltm(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -185,7 +166,7 @@ def run_ltm(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 def _store_path(args: argparse.Namespace) -> str:
     flag = getattr(args, "db", None)
-    positional: str | None = getattr(args, "store", None)
+    positional: str | None = getattr(args, "location", None)
     if args.ltm_command == "search":
         positional, rest = pick_location(args.words, _looks_like_store)
         args.query = " ".join(rest)

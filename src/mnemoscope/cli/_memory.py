@@ -24,7 +24,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, TextIO
 
-from mnemoscope.cli._text import merge_location, pick_location, plural, progress
+from mnemoscope.cli._text import Subcommands, merge_location, pick_location, plural, progress
 from mnemoscope.errors import CLIUsageError
 
 # the agentic memory modules are imported when a memory command runs, not when the
@@ -35,68 +35,45 @@ if TYPE_CHECKING:
 
 def add_memory_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``memory`` and its subcommands to the ``mnemoscope`` parser."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
+    subs = Subcommands(subparsers, "memory", help="inspect agentic Markdown memory")
+    subs.location(
+        "WORKDIR",
         "--workdir",
-        default=argparse.SUPPRESS,
         help="the agent's workdir; memories are in <workdir>/Memory "
         "(default: $MNEMOSCOPE_WORKDIR or .)",
     )
-    common.add_argument(
-        "--memory-dir",
-        default=argparse.SUPPRESS,
-        help="directory name under workdir (default: Memory)",
-    )
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
-
-    parser = subparsers.add_parser(
-        "memory", help="inspect agentic Markdown memory", parents=[common]
-    )
-    sub = parser.add_subparsers(dest="memory_command", metavar="SUBCOMMAND")
-    ls = sub.add_parser("ls", help="list memories", parents=[common])
-    ls.add_argument("workdir_pos", nargs="?", metavar="WORKDIR")
+    subs.option("--memory-dir", help="directory name under workdir (default: Memory)")
+    subs.option("--json", action="store_true", help="print JSON")
+    ls = subs.add("ls", _ls, "list memories", location=True)
     ls.add_argument(
         "--type", choices=["user", "feedback", "project", "reference"], help="only this type"
     )
-    ls.set_defaults(memory_handler=_ls)
-    show = sub.add_parser(
+    subs.add(
         "show",
-        help="print one memory",
-        parents=[common],
+        _show,
+        "print one memory",
+        words="NAME",
+        words_help="file name (with or without .md) or the memory's name",
         usage="mnemoscope memory show [WORKDIR] NAME [options]",
     )
-    show.add_argument(
-        "words",
-        nargs="+",
-        metavar="[WORKDIR] NAME",
-        help="file name (with or without .md) or the memory's name",
-    )
-    show.set_defaults(memory_handler=_show)
-    search = sub.add_parser(
+    search = subs.add(
         "search",
-        help="rank memories for a query with the local BM25 ranker",
-        parents=[common],
+        _search,
+        "rank memories for a query with the local BM25 ranker",
+        words="QUERY",
         usage="mnemoscope memory search [WORKDIR] QUERY [options]",
     )
-    search.add_argument("words", nargs="+", metavar="[WORKDIR] QUERY")
     search.add_argument("-k", type=int, default=10, help="results to show (default 10)")
-    search.set_defaults(memory_handler=_search)
-    doctor = sub.add_parser(
-        "doctor", help="check frontmatter, index and duplicates", parents=[common]
-    )
-    doctor.add_argument("workdir_pos", nargs="?", metavar="WORKDIR")
+    doctor = subs.add("doctor", _doctor, "check frontmatter, index and duplicates", location=True)
     doctor.add_argument("--fix", action="store_true", help="repair what can be repaired safely")
     doctor.add_argument("--index-max-lines", type=int, default=200)
     doctor.add_argument("--index-max-tokens", type=int, default=4_000)
-    doctor.set_defaults(memory_handler=_doctor)
-    index = sub.add_parser("index", help="maintain MEMORY.md", parents=[common])
-    index.add_argument("workdir_pos", nargs="?", metavar="WORKDIR")
+    index = subs.add("index", _index, "maintain MEMORY.md", location=True)
     index.add_argument(
         "--rebuild", action="store_true", help="regenerate MEMORY.md from the memory files"
     )
-    index.set_defaults(memory_handler=_index)
-    parser.set_defaults(handler=lambda args: run_memory_command(args))
-    return parser
+    subs.parser.set_defaults(handler=lambda args: run_memory_command(args))
+    return subs.parser
 
 
 def run_memory_command(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -105,7 +82,7 @@ def run_memory_command(args: argparse.Namespace, out: TextIO | None = None) -> i
     if handler is None:
         out.write("usage: mnemoscope memory {ls,show,search,doctor,index} [--workdir DIR]\n")
         return 2
-    positional = getattr(args, "workdir_pos", None)
+    positional = getattr(args, "location", None)
     words = getattr(args, "words", None)
     if words is not None:
         positional, rest = pick_location(words, os.path.isdir)

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from mnemoscope.cli._inspect import SHOWN_OPTIONS, inspector_app
 from mnemoscope.errors import UserError
 
 INSPECTOR_PATH = "/inspector"
@@ -26,8 +27,6 @@ INSPECTOR_ENV = "MNEMOSCOPE_SERVICE_INSPECTOR_"
 """Variables (``ON``, ``STORE``, ``PREFIX``, ``LTM``, ``MEM0``, ``WORKDIR``, ``AUDIT``,
 ``EMBEDDING``)
 that carry the ``--inspector-*`` options to each uvicorn worker."""
-
-_INSPECTOR_OPTIONS = ("store", "prefix", "ltm", "mem0", "workdir", "audit", "embedding")
 
 
 def add_serve_parser(sub: Any) -> None:
@@ -89,7 +88,7 @@ def add_serve_parser(sub: Any) -> None:
 
 def _inspector_settings(args: argparse.Namespace) -> dict[str, str]:
     """The ``MNEMOSCOPE_SERVICE_INSPECTOR_*`` variables for these arguments."""
-    given = {k: getattr(args, f"inspector_{k}") for k in _INSPECTOR_OPTIONS}
+    given = {k: getattr(args, f"inspector_{k}") for k in SHOWN_OPTIONS}
     given = {k: v for k, v in given.items() if v is not None}
     if not args.inspector:
         if given:
@@ -116,22 +115,15 @@ def inspector_mounts(environ: Mapping[str, str]) -> dict[str, Any]:
     """``mounts=`` for the service: the inspector at ``/inspector`` if the variables ask."""
     if environ.get(INSPECTOR_ENV + "ON") != "1":
         return {}
-    options = {k: environ.get(INSPECTOR_ENV + k.upper()) or None for k in _INSPECTOR_OPTIONS}
+    options = {k: environ.get(INSPECTOR_ENV + k.upper()) or None for k in SHOWN_OPTIONS}
 
     def build(mount: Any) -> Any:
-        from mnemoscope.cli._inspect import embedder_named
-        from mnemoscope.inspector import ServiceEventCallSource, create_inspector_app
+        from mnemoscope.inspector import ServiceEventCallSource
 
-        return create_inspector_app(
-            store=options["store"],
+        return inspector_app(
+            options,
             auth=mount.authenticate,  # the service's own token check: one token list
             calls=ServiceEventCallSource(mount.store),  # what the agent recorded per call
-            ltm=options["ltm"],
-            mem0=options["mem0"],
-            workdir=options["workdir"],
-            audit=options["audit"],
-            store_prefix=options["prefix"] or "mnemoscope",
-            embedding_model=embedder_named(options["embedding"]),
             single_user=False,
         )
 

@@ -15,9 +15,9 @@ Example (the seed's construction)::
 
 from __future__ import annotations
 
-import openai
+from typing import Unpack
 
-from mnemoscope._http import DEFAULT_TIMEOUT
+from mnemoscope._http import ClientOptions
 from mnemoscope.credential import DashScopeCredential
 from mnemoscope.embedding._openai import OpenAIEmbeddingModel
 from mnemoscope.errors import UserError
@@ -35,11 +35,11 @@ class DashScopeEmbeddingModel(OpenAIEmbeddingModel):
         model: ``"text-embedding-v4"`` (dimensions 2048, 1536, 1024, 768, 512, 256, 128 or
             64) or ``"text-embedding-v3"``.
         dimensions: the vector size, sent with every request.
-        base_url: overrides the credential's endpoint.
         batch_size: texts per request (at most 10).
-        timeout: seconds per HTTP request.
-        max_retries: SDK retries on transient errors.
-        client: an ``openai.AsyncOpenAI`` to use (not closed by :meth:`aclose`).
+        **options: as for :class:`~mnemoscope.embedding.OpenAIEmbeddingModel`:
+            ``base_url`` (overrides the credential's endpoint), ``timeout``,
+            ``max_retries`` and ``client`` (an ``openai.AsyncOpenAI`` to use, not closed by
+            :meth:`aclose`).
     """
 
     provider = "dashscope"
@@ -51,32 +51,14 @@ class DashScopeEmbeddingModel(OpenAIEmbeddingModel):
         model: str = "text-embedding-v4",
         dimensions: int = 1536,
         *,
-        base_url: str | None = None,
         batch_size: int = DASHSCOPE_MAX_BATCH,
-        timeout: float = DEFAULT_TIMEOUT,
-        max_retries: int = 2,
-        client: openai.AsyncOpenAI | None = None,
+        **options: Unpack[ClientOptions],
     ) -> None:
-        if isinstance(credential, str):
-            raise UserError(
-                "DashScopeEmbeddingModel takes the credential first: DashScopeEmbeddingModel("
-                "credential=DashScopeCredential(api_key=...), model=..., dimensions=...)"
-            )
         if batch_size > DASHSCOPE_MAX_BATCH:
             raise UserError(
                 f"DashScopeEmbeddingModel: batch_size={batch_size} exceeds DashScope's limit; "
                 f"use batch_size <= {DASHSCOPE_MAX_BATCH}"
             )
-        if credential is None and client is None:
-            credential = DashScopeCredential(base_url=base_url)
         super().__init__(
-            model,
-            dimensions,
-            credential,
-            base_url=base_url,
-            send_dimensions=True,
-            batch_size=batch_size,
-            timeout=timeout,
-            max_retries=max_retries,
-            client=client,
+            model, dimensions, credential, send_dimensions=True, batch_size=batch_size, **options
         )

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from mnemoscope._lazy import lazy_exports
 from mnemoscope.model._anthropic_formatter import format_anthropic_messages
-from mnemoscope.model._base import ChatModelBase, ToolSchema
+from mnemoscope.model._base import ChatCall, ChatModelBase, ToolSchema
 from mnemoscope.model._openai_formatter import RAW_ARGUMENTS_KEY, format_openai_messages
 from mnemoscope.model._response import ChatChunk, ChatResponse, ChatUsage, ToolChoice
 from mnemoscope.model._tokens import (
@@ -31,6 +31,7 @@ __all__ = [
     "HUGE_TEXT_CHARS",
     "RAW_ARGUMENTS_KEY",
     "AnthropicChatModel",
+    "ChatCall",
     "ChatChunk",
     "ChatModelBase",
     "ChatResponse",

@@ -22,9 +22,9 @@ The ``anthropic`` package is imported when the model is constructed; without it 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from mnemoscope._http import DEFAULT_TIMEOUT
 from mnemoscope._optional import require
 from mnemoscope.credential import AnthropicCredential
 from mnemoscope.message import Msg
@@ -36,7 +36,6 @@ from mnemoscope.model._anthropic_formatter import (
     parse_anthropic_response,
 )
 from mnemoscope.model._sdk import SDKChatModel, WireFormat
-from mnemoscope.model._tokens import TokenCounter
 
 DEFAULT_MAX_TOKENS = 4096
 """``max_tokens`` sent when ``generate_kwargs`` does not set it (the API requires one)."""
@@ -76,31 +75,13 @@ class AnthropicChatModel(SDKChatModel):
     )
     _sdk_error = "AnthropicError"
 
-    def __init__(
-        self,
-        model: str,
-        credential: AnthropicCredential | None = None,
-        *,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        stream: bool = False,
-        generate_kwargs: dict[str, Any] | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        max_retries: int = 2,
-        client: Any | None = None,
-        token_counter: TokenCounter | None = None,
-    ) -> None:
-        super().__init__(model, stream=stream, token_counter=token_counter)
-        self._sdk = require("anthropic", extra="anthropic", feature="AnthropicChatModel")
-        self.generate_kwargs = dict(generate_kwargs or {})
-        self._open_client(
-            client=client,
-            credential=credential,
-            api_key=api_key,
-            base_url=base_url,
-            build=lambda cred, url: self._sdk.AsyncAnthropic(
-                api_key=cred.get_api_key(), base_url=url, timeout=timeout, max_retries=max_retries
-            ),
+    def _import_sdk(self) -> Any:
+        return require("anthropic", extra="anthropic", feature="AnthropicChatModel")
+
+    def _client_builder(self, timeout: float, max_retries: int) -> Callable[[Any, str | None], Any]:
+        sdk = self._sdk
+        return lambda credential, url: sdk.AsyncAnthropic(
+            api_key=credential.get_api_key(), base_url=url, timeout=timeout, max_retries=max_retries
         )
 
     def _options(self, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import json
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypedDict, TypeVar
 
 import pydantic
@@ -26,11 +27,30 @@ class ToolSchema(TypedDict):
     input_schema: dict[str, Any]
 
 
+@dataclass
+class ChatCall:
+    """One model call: what the model is given (built by :meth:`ChatModelBase.stream_chunks`,
+    handed to :meth:`ChatModelBase._call` or :meth:`ChatModelBase._stream`).
+
+    Attributes:
+        messages: the conversation.
+        tools: the tools the model may call.
+        tool_choice: ``"auto"``, ``"none"``, ``"required"``, a tool's name, or ``None``
+            (the provider's default).
+        kwargs: the call's extra keywords (generation options).
+    """
+
+    messages: list[Msg]
+    tools: list[ToolSchema]
+    tool_choice: ToolChoice | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
 class ChatModelBase(ABC):
     """An async chat model.
 
-    Subclasses implement :meth:`_call` (one complete response) and may implement
-    :meth:`_stream` (chunks over the wire, used when ``stream=True``).
+    Subclasses implement :meth:`_call` (one complete response to a :class:`ChatCall`) and
+    may implement :meth:`_stream` (chunks over the wire, used when ``stream=True``).
 
     Args:
         model: the provider's model name.
@@ -81,15 +101,14 @@ class ChatModelBase(ABC):
     ) -> AsyncIterator[ChatChunk]:
         """Yield text/thinking deltas, then one ``final`` chunk with the full response."""
         started = time.perf_counter()
+        call = ChatCall(list(messages), list(tools or []), tool_choice, kwargs)
         if self.stream:
-            async for chunk in self._stream(
-                list(messages), list(tools or []), tool_choice, **kwargs
-            ):
+            async for chunk in self._stream(call):
                 if chunk.final is not None and chunk.final.usage is not None:
                     chunk.final.usage.time = time.perf_counter() - started
                 yield chunk
             return
-        response = await self._call(list(messages), list(tools or []), tool_choice, **kwargs)
+        response = await self._call(call)
         if response.usage is not None:
             response.usage.time = time.perf_counter() - started
         for block in response.content:
@@ -100,24 +119,12 @@ class ChatModelBase(ABC):
         yield ChatChunk(kind="final", final=response)
 
     @abstractmethod
-    async def _call(
-        self,
-        messages: list[Msg],
-        tools: list[ToolSchema],
-        tool_choice: ToolChoice | None,
-        **kwargs: Any,
-    ) -> ChatResponse:
+    async def _call(self, call: ChatCall) -> ChatResponse:
         """One non-streamed call."""
 
-    async def _stream(
-        self,
-        messages: list[Msg],
-        tools: list[ToolSchema],
-        tool_choice: ToolChoice | None,
-        **kwargs: Any,
-    ) -> AsyncIterator[ChatChunk]:
+    async def _stream(self, call: ChatCall) -> AsyncIterator[ChatChunk]:
         """Streamed call; the default falls back to one :meth:`_call`."""
-        response = await self._call(messages, tools, tool_choice, **kwargs)
+        response = await self._call(call)
         if response.text:
             yield ChatChunk(kind="text", delta=response.text)
         yield ChatChunk(kind="final", final=response)

@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import openai
 
-from mnemoscope._http import DEFAULT_TIMEOUT, openai_client
 from mnemoscope._http import model_call_error as describe_call_error
+from mnemoscope._http import openai_client
 from mnemoscope.credential import CredentialBase, OpenAICredential
-from mnemoscope.errors import ModelCallError, UserError
+from mnemoscope.errors import ModelCallError
 from mnemoscope.model._openai_formatter import (
     OpenAIStreamAccumulator,
     format_openai_messages,
@@ -36,7 +37,6 @@ from mnemoscope.model._openai_formatter import (
     parse_openai_response,
 )
 from mnemoscope.model._sdk import SDKChatModel, WireFormat
-from mnemoscope.model._tokens import TokenCounter
 
 
 @functools.cache
@@ -114,31 +114,8 @@ class OpenAIChatModel(SDKChatModel):
     _sdk_error = "OpenAIError"
     supports_json_mode = True  # response_format={"type": "json_object"}; some servers refuse it
 
-    def __init__(
-        self,
-        model: str,
-        credential: CredentialBase | None = None,
-        *,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        stream: bool = False,
-        generate_kwargs: dict[str, Any] | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        max_retries: int = 2,
-        client: openai.AsyncOpenAI | None = None,
-        token_counter: TokenCounter | None = None,
-    ) -> None:
-        super().__init__(model, stream=stream, token_counter=token_counter)
-        if not model or not isinstance(model, str):
-            raise UserError(f"{type(self).__name__} needs a model name, got model={model!r}")
-        self.generate_kwargs = dict(generate_kwargs or {})
-        self._open_client(
-            client=client,
-            credential=credential,
-            api_key=api_key,
-            base_url=base_url,
-            build=openai_client(timeout, max_retries),
-        )
+    def _client_builder(self, timeout: float, max_retries: int) -> Callable[[Any, str | None], Any]:
+        return openai_client(timeout, max_retries)
 
     def _options(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         return split_generate_kwargs({**self.generate_kwargs, **kwargs})

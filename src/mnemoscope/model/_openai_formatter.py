@@ -279,20 +279,19 @@ class OpenAIStreamAccumulator:
     """
 
     def __init__(self) -> None:
-        self.id: str | None = None
-        self.model: str | None = None
+        self.reply: dict[str, Any] = {}
+        """The reply body's ``id``, ``model`` and ``usage``, as the chunks give them."""
         self.text: list[str] = []
         self.thinking: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
-        self.usage: ChatUsage | None = None
 
     def feed(self, chunk: dict[str, Any]) -> list[ChatChunk]:
         """Take one chunk; return the text/thinking deltas it carried."""
-        self.id = self.id or chunk.get("id")
-        self.model = self.model or chunk.get("model")
-        if chunk.get("usage"):
-            self.usage = parse_openai_usage(chunk["usage"])
+        for key in ("id", "model"):
+            self.reply[key] = self.reply.get(key) or chunk.get(key)
+        if chunk.get("usage"):  # the last chunk, with stream_options.include_usage
+            self.reply["usage"] = chunk["usage"]
         deltas: list[ChatChunk] = []
         for choice in chunk.get("choices") or []:
             if choice.get("index", 0) != 0:
@@ -321,25 +320,18 @@ class OpenAIStreamAccumulator:
         return deltas
 
     def finish(self) -> ChatResponse:
-        """The complete response assembled from everything fed so far."""
-        content: list[Any] = []
-        if self.thinking:
-            content.append(ThinkingBlock(thinking="".join(self.thinking)))
-        if self.text:
-            content.append(TextBlock(text="".join(self.text)))
-        for idx in sorted(self.calls):
-            call = self.calls[idx]
-            content.append(
-                ToolUseBlock(
-                    id=call["id"] or f"call_{idx}",
-                    name=call["name"],
-                    input=parse_tool_arguments(call["arguments"]),
-                )
-            )
-        return ChatResponse.from_provider(
-            content,
-            usage=self.usage,
-            stop_reason=self.finish_reason,
-            response_id=self.id,
-            model=self.model,
-        )
+        """The complete response assembled from everything fed so far: the stream folded
+        into one reply body, parsed as a non-streamed reply is."""
+        message = {
+            "reasoning_content": "".join(self.thinking),
+            "content": "".join(self.text),
+            "tool_calls": [
+                {
+                    "id": call["id"] or f"call_{idx}",
+                    "function": {"name": call["name"], "arguments": call["arguments"]},
+                }
+                for idx, call in sorted(self.calls.items())
+            ],
+        }
+        choice = {"message": message, "finish_reason": self.finish_reason}
+        return parse_openai_response({**self.reply, "choices": [choice]})

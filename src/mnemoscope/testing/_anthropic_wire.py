@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mnemoscope.testing._server import ServerReply, ServerToolCall
+    from mnemoscope.testing._server import ServerReply, ServerToolCall, WireAnswer
 
 
 def _tool_input(call: ServerToolCall) -> Any:
@@ -27,14 +28,9 @@ def _stop_reason(reply: ServerReply, calls: list[tuple[str, ServerToolCall]]) ->
     return "tool_use" if calls else "end_turn"
 
 
-def anthropic_message(
-    n: int,
-    model: str,
-    reply: ServerReply,
-    calls: list[tuple[str, ServerToolCall]],
-    usage: tuple[int, int],
-) -> dict[str, Any]:
+def anthropic_message(answer: WireAnswer) -> dict[str, Any]:
     """A non-streamed Messages API response body."""
+    reply, calls, usage = answer.reply, answer.calls, answer.usage
     content: list[dict[str, Any]] = []
     if reply.reasoning:
         content.append({"type": "thinking", "thinking": reply.reasoning, "signature": "sig"})
@@ -45,10 +41,10 @@ def anthropic_message(
             {"type": "tool_use", "id": cid, "name": call.name, "input": _tool_input(call)}
         )
     return {
-        "id": f"msg_{n}",
+        "id": f"msg_{answer.n}",
         "type": "message",
         "role": "assistant",
-        "model": model,
+        "model": answer.model,
         "content": content,
         "stop_reason": _stop_reason(reply, calls),
         "stop_sequence": None,
@@ -56,20 +52,16 @@ def anthropic_message(
     }
 
 
-def anthropic_events(
-    n: int,
-    model: str,
-    reply: ServerReply,
-    calls: list[tuple[str, ServerToolCall]],
-    usage: tuple[int, int],
-) -> Iterable[tuple[str, str]]:
+def anthropic_events(answer: WireAnswer) -> Iterable[tuple[str, str]]:
     """The SSE events of a streamed Messages API response, as ``(event, data)`` pairs."""
+    reply, calls, usage = answer.reply, answer.calls, answer.usage
     from mnemoscope.testing._server import split_words
 
     def ev(kind: str, **payload: Any) -> tuple[str, str]:
         return kind, json.dumps({"type": kind, **payload}, ensure_ascii=False)
 
-    start = anthropic_message(n, model, reply, calls, (usage[0], 1))
+    # the stream opens with the message as it starts: no content, one output token so far
+    start = anthropic_message(dataclasses.replace(answer, usage=(usage[0], 1)))
     start.update(content=[], stop_reason=None)
     yield ev("message_start", message=start)
     index = 0

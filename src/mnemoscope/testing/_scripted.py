@@ -31,22 +31,14 @@ import asyncio
 import inspect
 import json
 from collections import deque
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
 
 from mnemoscope.errors import ModelCallError
-from mnemoscope.message import Msg, TextBlock, ToolUseBlock, new_id
-from mnemoscope.model import (
-    ChatChunk,
-    ChatModelBase,
-    ChatResponse,
-    ChatUsage,
-    ToolChoice,
-    ToolSchema,
-)
+from mnemoscope.message import TextBlock, ToolUseBlock, new_id
+from mnemoscope.model import ChatCall, ChatChunk, ChatModelBase, ChatResponse, ChatUsage
 
 
 def tool_call(name: str, _id: str | None = None, **tool_input: Any) -> ToolUseBlock:
@@ -54,14 +46,8 @@ def tool_call(name: str, _id: str | None = None, **tool_input: Any) -> ToolUseBl
     return ToolUseBlock(id=_id or f"call_{new_id()[:12]}", name=name, input=tool_input)
 
 
-@dataclass
-class ScriptedCall:
-    """One recorded call: what the model was given."""
-
-    messages: list[Msg]
-    tools: list[ToolSchema]
-    tool_choice: ToolChoice | None
-    kwargs: dict[str, Any] = field(default_factory=dict)
+class ScriptedCall(ChatCall):
+    """One recorded call: what the model was given, with helpers for assertions."""
 
     @property
     def tool_names(self) -> list[str]:
@@ -143,21 +129,15 @@ class ScriptedChatModel(ChatModelBase):
                 item = await item
         return _to_response(item, forced)
 
-    async def _call(
-        self,
-        messages: list[Msg],
-        tools: list[ToolSchema],
-        tool_choice: ToolChoice | None,
-        **kwargs: Any,
-    ) -> ChatResponse:
-        # messages are not mutated once built, so a shallow list records them faithfully
-        call = ScriptedCall(list(messages), list(tools), tool_choice, kwargs)
-        self.calls.append(call)
+    async def _call(self, call: ChatCall) -> ChatResponse:
+        # stream_chunks built the call's lists for this call alone: recording them is faithful
+        recorded = ScriptedCall(call.messages, call.tools, call.tool_choice, call.kwargs)
+        self.calls.append(recorded)
         await asyncio.sleep(0)  # a real model call always yields to the loop
-        return await self._next(call)
+        return await self._next(recorded)
 
-    async def _stream(self, messages, tools, tool_choice, **kwargs):
-        response = await self._call(messages, tools, tool_choice, **kwargs)
+    async def _stream(self, call: ChatCall) -> AsyncIterator[ChatChunk]:
+        response = await self._call(call)
         words = response.text.split(" ")
         for i, word in enumerate(words):
             if word or i:

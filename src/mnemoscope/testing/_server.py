@@ -91,6 +91,25 @@ class ServerReply:
     finish_reason: str | None = None
 
 
+@dataclass(frozen=True)
+class WireAnswer:
+    """One scripted reply as the server sends it, in either wire format.
+
+    Attributes:
+        n: the reply's number, for its ids (``chatcmpl-<n>``, ``msg_<n>``).
+        model: the model name the reply names.
+        reply: what the script said.
+        calls: the tool calls with their ids.
+        usage: ``(input_tokens, output_tokens)``.
+    """
+
+    n: int
+    model: str
+    reply: ServerReply
+    calls: list[tuple[str, ServerToolCall]]
+    usage: tuple[int, int]
+
+
 @dataclass
 class HTTPErrorReply:
     """Answer with an HTTP error (e.g. 500, 429) and an OpenAI-style error body."""
@@ -390,20 +409,17 @@ class OpenAICompatServer:
             for i, c in enumerate(reply.tool_calls)
         ]
         model = self.model_name or body.get("model") or "scripted"
-        usage = self._usage(body, reply)
+        answer = WireAnswer(n, model, reply, calls, self._usage(body, reply))
         if anthropic:
             if body.get("stream"):
-                handler.send_sse(anthropic_events(n, model, reply, calls, usage))
+                handler.send_sse(anthropic_events(answer))
             else:
-                handler.send_json(200, anthropic_message(n, model, reply, calls, usage))
+                handler.send_json(200, anthropic_message(answer))
             return
         finish = reply.finish_reason or ("tool_calls" if calls else "stop")
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            handler.send_sse(
-                (None, data)
-                for data in _openai_chunks(n, model, reply, calls, finish, usage, include_usage)
-            )
+            handler.send_sse((None, data) for data in _openai_chunks(answer, finish, include_usage))
             return
         message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
         if reply.reasoning:
@@ -425,7 +441,7 @@ class OpenAICompatServer:
                 "created": 0,
                 "model": model,
                 "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                "usage": _openai_usage(usage),
+                "usage": _openai_usage(answer.usage),
             },
         )
 
@@ -480,15 +496,9 @@ def _halves(text: str) -> list[str]:
     return [p for p in (text[:mid], text[mid:]) if p]
 
 
-def _openai_chunks(
-    n: int,
-    model: str,
-    reply: ServerReply,
-    calls: list[tuple[str, ServerToolCall]],
-    finish: str,
-    usage: tuple[int, int],
-    include_usage: bool,
-) -> Iterable[str]:
+def _openai_chunks(answer: WireAnswer, finish: str, include_usage: bool) -> Iterable[str]:
+    n, model, reply, calls, usage = answer.n, answer.model, answer.reply, answer.calls, answer.usage
+
     def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> str:
         return json.dumps(
             {
