@@ -236,6 +236,24 @@ async def test_acquire_can_start_the_reply_in_the_same_step(store_factory: Any) 
     assert not (await store.append("alice", "s", "r1", got.token, [ev(1)])).fenced
 
 
+async def test_bad_lock_and_append_arguments_are_refused_by_every_store(
+    store_factory: Any,
+) -> None:
+    store = await store_factory()
+    await store.create_session("alice", "s", "")
+    with pytest.raises(ValueError, match="ttl must be a positive number"):
+        await store.acquire("alice", "s", 0, FAILED)
+    got = await store.acquire("alice", "s", 5, FAILED, "r")
+    assert isinstance(got, Acquired)
+    with pytest.raises(ValueError, match="ttl must be a positive number"):
+        await store.heartbeat("alice", "s", got.token, -1, "r")
+    with pytest.raises(ValueError, match=r"consecutive seq numbers, got \[1, 3\]"):
+        await store.append("alice", "s", "r", got.token, [ev(1), ev(3)])
+    with pytest.raises(ValueError, match=r"consecutive seq numbers, got \[\]"):
+        await store.append("alice", "s", "r", got.token, [])
+    assert await store.read_events("alice", "s", "r", 0, wait=0) == []  # nothing was written
+
+
 async def test_redis_delete_leaves_no_key_forever(redis_url: str, unique_id: str) -> None:
     from mnemoscope.service import RedisServiceStore
 

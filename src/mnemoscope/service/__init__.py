@@ -20,9 +20,9 @@ from mnemoscope.service._events import (
     ReplyFailedEvent,
     ServiceEvent,
 )
+from mnemoscope.service._memory_store import InMemoryServiceStore
 from mnemoscope.service._mount import MountFactory, ServiceMount
 from mnemoscope.service._store import (
-    InMemoryServiceStore,
     ReplyInfo,
     ServiceStoreBase,
     SessionInfo,

@@ -47,15 +47,14 @@ from mnemoscope.service._auth import make_authenticator
 from mnemoscope.service._events import SSE_KEEPALIVE, ServiceEvent, sse_frame
 from mnemoscope.service._mount import MountFactory, ServiceMount
 from mnemoscope.service._service import (
-    BUSY_POLICIES,
     AgentFactory,
     AgentService,
-    BusyPolicy,
     SessionBusyError,
     SessionNotFoundError,
     ShuttingDownError,
     load_factory,
 )
+from mnemoscope.service._settings import BUSY_POLICIES, BusyPolicy, ServiceSettings
 from mnemoscope.service._store import ReplyInfo, ServiceStoreBase, SessionInfo, store_from_url
 
 fastapi = require("fastapi", extra="service", feature="mnemoscope.service")
@@ -231,11 +230,7 @@ def create_app(
     service = AgentService(
         factory,
         the_store,
-        busy_policy=busy_policy,
-        lock_ttl=lock_ttl,
-        poll_interval=poll_interval,
-        queue_timeout=queue_timeout,
-        shutdown_deadline=shutdown_deadline,
+        ServiceSettings(busy_policy, lock_ttl, poll_interval, queue_timeout, shutdown_deadline),
     )
 
     @asynccontextmanager

@@ -34,19 +34,8 @@ from typing import Any
 from mnemoscope._optional import require
 from mnemoscope._redact import redact_text
 from mnemoscope.errors import ServiceStoreError, UserError
-from mnemoscope.service._store import (
-    Acquired,
-    AcquireResult,
-    AppendResult,
-    Busy,
-    NoSession,
-    ReplyInfo,
-    ReplyStatus,
-    ServiceStoreBase,
-    SessionInfo,
-    StoredEvent,
-    retry_once_if_dropped,
-)
+from mnemoscope.service import _store as st
+from mnemoscope.service._store import AppendResult, ReplyInfo, ReplyStatus, SessionInfo, StoredEvent
 
 asyncpg = require("asyncpg", extra="sql", feature="PostgresServiceStore")
 
@@ -176,7 +165,7 @@ _RETRYABLE: tuple[type[BaseException], ...] = (
 )
 
 
-class PostgresServiceStore(ServiceStoreBase):
+class PostgresServiceStore(st.ServerStoreBase):
     """Sessions, reply logs and fenced session leases in PostgreSQL (see module docstring).
 
     Args:
@@ -185,6 +174,10 @@ class PostgresServiceStore(ServiceStoreBase):
         table_prefix: tables are ``<prefix>_sessions``, ``<prefix>_replies``, ``<prefix>_events``.
         pool_size: most connections this process opens (plus one for ``LISTEN``).
     """
+
+    server_name = "PostgreSQL"
+    dropped_errors = _RETRYABLE
+    driver_errors = (asyncpg.PostgresError,)
 
     def __init__(self, url: str, *, table_prefix: str = "mnemoscope_svc", pool_size: int = 20):
         if not table_prefix.isidentifier():
@@ -217,7 +210,7 @@ class PostgresServiceStore(ServiceStoreBase):
     # ------------------------------------------------------------------ plumbing
     @property
     def url_safe(self) -> str:
-        """The URL to show: password and secret query values (``?password=``) masked."""
+        """The URL asyncpg connects to, secrets masked."""
         return redact_text(self.dsn)
 
     async def open(self) -> None:
@@ -261,14 +254,7 @@ class PostgresServiceStore(ServiceStoreBase):
             async with self._pool.acquire() as conn:
                 return await op(conn)
 
-        return await retry_once_if_dropped(
-            on_a_connection,
-            server=f"PostgreSQL at {self.url_safe}",
-            what=what,
-            retry=retry,
-            dropped=_RETRYABLE,
-            failed=(asyncpg.PostgresError,),
-        )
+        return await self._call(what, on_a_connection, retry=retry)
 
     def _t(self, name: str) -> str:
         return f"{self.table_prefix}_{name}"
@@ -315,17 +301,13 @@ class PostgresServiceStore(ServiceStoreBase):
         return bool(done)
 
     # ---------------------------------------------------------------------- lock
-    async def acquire(
-        self,
-        user_id: str,
-        session_id: str,
-        ttl: float,
-        failed_event: str,
-        reply_id: str | None = None,
-    ) -> AcquireResult:
+    async def _acquire(
+        self, key: st.SessionKey, ttl: float, failed_event: str, reply_id: str | None
+    ) -> st.AcquireResult:
+        user_id, session_id = key.user_id, key.session_id
         ms = max(1, int(ttl * 1000))
 
-        async def op(conn: Any) -> AcquireResult:
+        async def op(conn: Any) -> st.AcquireResult:
             async with conn.transaction():
                 row = await conn.fetchrow(self._sql["acquire"], user_id, session_id, ms)
                 if row is None:
@@ -335,7 +317,7 @@ class PostgresServiceStore(ServiceStoreBase):
                         user_id,
                         session_id,
                     )
-                    return NoSession() if held is None else Busy(held[0])
+                    return st.NoSession() if held is None else st.Busy(held[0])
                 token, running = int(row[0]), row[1]
                 if running is not None:
                     await conn.fetchrow(
@@ -351,21 +333,18 @@ class PostgresServiceStore(ServiceStoreBase):
                     await conn.fetchval(
                         self._sql["start"], user_id, session_id, reply_id, token, time.time()
                     )
-                return Acquired(token, running)
+                return st.Acquired(token, running)
 
         # not repeated: a retry after a lost answer would find our own lease and say busy
-        result: AcquireResult = await self._do("take a session lock", op, retry=False)
+        result: st.AcquireResult = await self._do("take a session lock", op, retry=False)
         return result
 
-    async def heartbeat(
-        self, user_id: str, session_id: str, token: int, ttl: float, reply_id: str | None
+    async def _heartbeat(
+        self, key: st.SessionKey, token: int, ttl: float, reply_id: str | None
     ) -> AppendResult:
-        ms = max(1, int(ttl * 1000))
+        args = (key.user_id, key.session_id, token, max(1, int(ttl * 1000)), reply_id or "")
         row = await self._do(
-            "renew a session lock",
-            lambda c: c.fetchrow(
-                self._sql["heartbeat"], user_id, session_id, token, ms, reply_id or ""
-            ),
+            "renew a session lock", lambda c: c.fetchrow(self._sql["heartbeat"], *args)
         )
         if row is None:
             return AppendResult(fenced=True)
@@ -399,28 +378,22 @@ class PostgresServiceStore(ServiceStoreBase):
         )
         return bool(done)
 
-    async def append(
-        self,
-        user_id: str,
-        session_id: str,
-        reply_id: str,
-        token: int,
-        events: list[StoredEvent],
-        final_status: ReplyStatus | None = None,
+    async def _append(
+        self, key: st.ReplyKey, token: int, events: list[StoredEvent], final: ReplyStatus | None
     ) -> AppendResult:
         args = (
-            user_id,
-            session_id,
-            reply_id,
+            key.user_id,
+            key.session_id,
+            key.reply_id,
             token,
             events[0].seq,
             [e.seq for e in events],
             [e.type for e in events],
             [e.data for e in events],
             events[-1].seq,
-            final_status,
+            final,
             self.channel,
-            _key(user_id, session_id, reply_id),
+            _key(key.user_id, key.session_id, key.reply_id),
         )
         row = await self._do(
             "append reply events", lambda c: c.fetchrow(self._sql["append"], *args)

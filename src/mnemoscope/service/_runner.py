@@ -25,7 +25,8 @@ from mnemoscope.service._events import (
     ReplyCancelledEvent,
     ReplyFailedEvent,
 )
-from mnemoscope.service._store import ReplyStatus, ServiceStoreBase, StoredEvent
+from mnemoscope.service._settings import ServiceSettings
+from mnemoscope.service._store import ReplyKey, ReplyStatus, ServiceStoreBase, StoredEvent
 
 logger = logging.getLogger("mnemoscope.service")
 
@@ -40,23 +41,13 @@ class ReplyRunner:
     """A running reply (see module docstring)."""
 
     def __init__(
-        self,
-        store: ServiceStoreBase,
-        *,
-        user_id: str,
-        session_id: str,
-        reply_id: str,
-        token: int,
-        lock_ttl: float,
-        poll_interval: float,
+        self, store: ServiceStoreBase, key: ReplyKey, token: int, settings: ServiceSettings
     ) -> None:
         self.store = store
-        self.user_id = user_id
-        self.session_id = session_id
-        self.reply_id = reply_id
+        self.key = key
+        self.reply_id = key.reply_id
         self.token = token
-        self.lock_ttl = lock_ttl
-        self.poll_interval = poll_interval
+        self.settings = settings
         self.events: list[StoredEvent] = []
         """Events the store acknowledged; ``events[k].seq == k + 1``."""
         self.closed = False
@@ -70,6 +61,10 @@ class ReplyRunner:
         self._cancel_reason: str | None = None
         self._final_sent = False
         self.task: asyncio.Task[None] | None = None
+
+    @property
+    def _where(self) -> tuple[str, str]:
+        return self.key.user_id, self.key.session_id
 
     # -------------------------------------------------------------------- control
     def start(self, stream: StreamFactory) -> None:
@@ -155,9 +150,7 @@ class ReplyRunner:
             self._notify()
             if not self.lost and not self.finished:  # a stored end freed the lock already
                 with contextlib.suppress(ServiceStoreError):
-                    await _uncancelled(
-                        self.store.release(self.user_id, self.session_id, self.token)
-                    )
+                    await _uncancelled(self.store.release(*self._where, self.token))
 
     @property
     def _terminal_emitted(self) -> bool:
@@ -202,17 +195,17 @@ class ReplyRunner:
     async def _append(self, events: list[StoredEvent], final: ReplyStatus | None) -> Any:
         """Append, retrying a store that is down for up to the lock's lifetime."""
         loop = asyncio.get_running_loop()
-        give_up = loop.time() + self.lock_ttl
+        give_up = loop.time() + self.settings.lock_ttl
         while True:
             try:
                 return await self.store.append(
-                    self.user_id, self.session_id, self.reply_id, self.token, events, final
+                    *self._where, self.reply_id, self.token, events, final
                 )
             except ServiceStoreError as exc:
                 if loop.time() >= give_up:
                     logger.error("reply %s: store unavailable, reply lost: %s", self.reply_id, exc)
                     return None
-                await asyncio.sleep(min(0.5, self.lock_ttl / 10))
+                await asyncio.sleep(min(0.5, self.settings.lock_ttl / 10))
 
     def _lose(self, reason: str = "worker_lost") -> None:
         """The lock is gone (or the store is): stop without writing anything more.
@@ -239,10 +232,10 @@ class ReplyRunner:
 
     async def _heartbeat(self) -> None:
         while True:
-            await asyncio.sleep(self.poll_interval)
+            await asyncio.sleep(self.settings.poll_interval)
             try:
                 result = await self.store.heartbeat(
-                    self.user_id, self.session_id, self.token, self.lock_ttl, self.reply_id
+                    *self._where, self.token, self.settings.lock_ttl, self.reply_id
                 )
             except ServiceStoreError as exc:
                 logger.warning("reply %s: cannot renew the session lock: %s", self.reply_id, exc)

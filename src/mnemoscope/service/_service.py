@@ -7,24 +7,24 @@ import importlib
 import inspect
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Literal
+from typing import Any
 
 from mnemoscope.agent import Agent
 from mnemoscope.errors import UserError
 from mnemoscope.message import new_id
 from mnemoscope.service._events import TERMINAL_TYPES, ReplyFailedEvent
 from mnemoscope.service._runner import ReplyRunner
+from mnemoscope.service._settings import BusyPolicy, ServiceSettings
 from mnemoscope.service._store import (
     Acquired,
     Busy,
     ReplyInfo,
+    ReplyKey,
     ServiceStoreBase,
     SessionInfo,
     StoredEvent,
 )
 
-BusyPolicy = Literal["reject", "enqueue", "interrupt"]
-BUSY_POLICIES = ("reject", "enqueue", "interrupt")
 AgentFactory = Callable[[str, str], "Agent | Awaitable[Agent]"]
 
 USER_ID_PARAMETERS = frozenset({"userid", "user", "uid", "username", "ownerid", "tenantid"})
@@ -106,23 +106,11 @@ class AgentService:
     """Sessions and replies over a store (what the HTTP routes call)."""
 
     def __init__(
-        self,
-        agent_factory: AgentFactory,
-        store: ServiceStoreBase,
-        *,
-        busy_policy: BusyPolicy,
-        lock_ttl: float,
-        poll_interval: float,
-        queue_timeout: float,
-        shutdown_deadline: float,
+        self, agent_factory: AgentFactory, store: ServiceStoreBase, settings: ServiceSettings
     ) -> None:
         self.agent_factory = agent_factory
         self.store = store
-        self.busy_policy = busy_policy
-        self.lock_ttl = lock_ttl
-        self.poll_interval = poll_interval
-        self.queue_timeout = queue_timeout
-        self.shutdown_deadline = shutdown_deadline
+        self.settings = settings
         self.runners: dict[tuple[str, str, str], ReplyRunner] = {}
         self.stopping = False
 
@@ -167,11 +155,11 @@ class AgentService:
         self, user_id: str, session_id: str, policy: BusyPolicy, reply_id: str | None = None
     ) -> Acquired:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.queue_timeout
+        deadline = loop.time() + self.settings.queue_timeout
         delay, interrupted = 0.005, False
         while True:
             result = await self.store.acquire(
-                user_id, session_id, self.lock_ttl, WORKER_LOST, reply_id
+                user_id, session_id, self.settings.lock_ttl, WORKER_LOST, reply_id
             )
             if isinstance(result, Acquired):
                 return result
@@ -191,7 +179,7 @@ class AgentService:
             if loop.time() >= deadline:
                 raise SessionBusyError(
                     result.running_reply,
-                    f"the session stayed busy for {self.queue_timeout:g} s; retry later",
+                    f"the session stayed busy for {self.settings.queue_timeout:g} s; retry later",
                 )
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.1)
@@ -203,16 +191,10 @@ class AgentService:
             raise ShuttingDownError
         reply_id = new_id()
         # the session's existence, its lock and the new reply: one atomic step
-        acquired = await self._acquire(user_id, session_id, policy or self.busy_policy, reply_id)
-        runner = ReplyRunner(
-            self.store,
-            user_id=user_id,
-            session_id=session_id,
-            reply_id=reply_id,
-            token=acquired.token,
-            lock_ttl=self.lock_ttl,
-            poll_interval=self.poll_interval,
-        )
+        policy = policy or self.settings.busy_policy
+        acquired = await self._acquire(user_id, session_id, policy, reply_id)
+        ref = ReplyKey(user_id, session_id, reply_id)
+        runner = ReplyRunner(self.store, ref, acquired.token, self.settings)
         key = (user_id, session_id, reply_id)
 
         async def stream() -> AsyncIterator[Any]:
@@ -248,7 +230,7 @@ class AgentService:
                 return
         while True:
             found = await self.store.read_events(
-                user_id, session_id, reply_id, last, wait=self.poll_interval * 2
+                user_id, session_id, reply_id, last, wait=self.settings.poll_interval * 2
             )
             batch = []
             for event in found:
@@ -273,7 +255,7 @@ class AgentService:
         """Close a reply whose holder is gone (the lock is free but it still runs)."""
         if await self.store.lock_token(user_id, session_id) is not None:
             return
-        result = await self.store.acquire(user_id, session_id, self.lock_ttl, WORKER_LOST)
+        result = await self.store.acquire(user_id, session_id, self.settings.lock_ttl, WORKER_LOST)
         if isinstance(result, Acquired):
             await self.store.release(user_id, session_id, result.token)
 
@@ -284,11 +266,11 @@ class AgentService:
         running = [r for r in self.runners.values() if r.task is not None]
         tasks = [asyncio.ensure_future(r.wait()) for r in running]
         if tasks:
-            _done, pending = await asyncio.wait(tasks, timeout=self.shutdown_deadline)
+            _done, pending = await asyncio.wait(tasks, timeout=self.settings.shutdown_deadline)
             if pending:
                 for r in running:
                     r.cancel("shutdown")
-                await asyncio.wait(tasks, timeout=self.lock_ttl)
+                await asyncio.wait(tasks, timeout=self.settings.lock_ttl)
 
 
 async def _closing(agent: Agent, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
