@@ -21,12 +21,19 @@ table                  holds
 Every statement filters by ``user_id`` and ``session_id``. An append is one statement
 that checks the lease token, inserts the events and moves ``last_seq`` (so it is atomic
 and harmless to repeat), and notifies ``LISTEN <p>_events`` so readers in other
-processes wake at once; readers also poll, so a lost notification only delays them.
+processes wake at once; readers also poll, so a lost notification only delays them. The
+``LISTEN`` connection is re-opened when it drops (a server restart, a terminated backend),
+after ``LISTEN_RETRY`` seconds, doubling; waiting readers then read again.
+
+A session that is free and has no reply left running is taken with its new reply in one
+statement; pooled connections are not reset after each call (this store leaves no session
+state on them), so most calls are one round trip.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from typing import Any
@@ -83,6 +90,25 @@ WHERE user_id = $1 AND session_id = $2
   AND (lock_token IS NULL OR lock_expires <= clock_timestamp())
 RETURNING lock_token, running_reply
 """
+
+_ACQUIRE_AND_START = """
+WITH s AS (
+    UPDATE {p}_sessions
+    SET lock_token = nextval('{p}_fence'),
+        lock_expires = clock_timestamp() + $3 * interval '1 millisecond',
+        running_reply = $4
+    WHERE user_id = $1 AND session_id = $2 AND running_reply IS NULL
+      AND (lock_token IS NULL OR lock_expires <= clock_timestamp())
+    RETURNING lock_token
+), r AS (
+    INSERT INTO {p}_replies (user_id, session_id, reply_id, status, token, created_at)
+    SELECT $1, $2, $4, 'running', s.lock_token, $5 FROM s
+    RETURNING 1
+)
+SELECT lock_token FROM s
+"""
+"""The common case of an acquire with a reply in one statement: the session is free and no
+reply was left running (otherwise the acquire runs as a transaction of several steps)."""
 
 _RECOVER = """
 WITH r AS (
@@ -157,6 +183,13 @@ WHERE user_id = $1 AND session_id = $2 AND reply_id = $3
 RETURNING reply_id, status, created_at, last_seq, cancel
 """
 
+LISTEN_RETRY = (0.1, 5.0)
+"""Seconds before the first try to re-open a dropped ``LISTEN`` connection, and the most
+between later tries (the wait doubles)."""
+
+LISTEN_CHECK_EVERY = 30.0
+"""Seconds between checks that the ``LISTEN`` connection still answers."""
+
 _RETRYABLE: tuple[type[BaseException], ...] = (
     OSError,
     asyncpg.PostgresConnectionError,
@@ -194,11 +227,13 @@ class PostgresServiceStore(st.ServerStoreBase):
         self.channel = f"{table_prefix}_events"
         self._pool: Any = None
         self._listener: Any = None
+        self._listening: asyncio.Task[None] | None = None
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._sql = {
             name: sql.format(p=table_prefix)
             for name, sql in {
                 "acquire": _ACQUIRE,
+                "acquire_and_start": _ACQUIRE_AND_START,
                 "recover": _RECOVER,
                 "heartbeat": _HEARTBEAT,
                 "start": _START,
@@ -218,27 +253,87 @@ class PostgresServiceStore(st.ServerStoreBase):
             return
         try:
             self._pool = await asyncpg.create_pool(
-                self.dsn, min_size=1, max_size=self.pool_size, command_timeout=30
+                self.dsn,
+                min_size=1,
+                max_size=self.pool_size,
+                command_timeout=30,
+                reset=_rollback_if_in_transaction,
             )
             async with self._pool.acquire() as conn, conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", self.channel)
                 await conn.execute(_DDL.format(p=self.table_prefix))
         except (*_RETRYABLE, asyncpg.PostgresError) as exc:
             raise ServiceStoreError(f"PostgreSQL at {self.url_safe}: cannot open: {exc}") from exc
-        await self._listen()
+        dropped = await self._listen()
+        self._listening = asyncio.create_task(
+            self._keep_listening(dropped), name=f"{self.channel}-listen"
+        )
 
-    async def _listen(self) -> None:
+    @property
+    def listening(self) -> bool:
+        """The ``LISTEN`` connection is up: readers in this process wake on appends made
+        anywhere at once (while it is down they poll)."""
+        return self._listener is not None and not self._listener.is_closed()
+
+    async def _listen(self) -> asyncio.Event | None:
+        """Open the ``LISTEN`` connection; an event set when it drops, or ``None`` when it
+        could not be opened."""
         try:
-            self._listener = await asyncpg.connect(self.dsn)
-            await self._listener.add_listener(self.channel, self._notified)
+            conn = await asyncpg.connect(self.dsn)
         except (*_RETRYABLE, asyncpg.PostgresError):
-            self._listener = None  # readers poll until it is back
+            return None
+        dropped = asyncio.Event()
+        conn.add_termination_listener(lambda _conn: dropped.set())
+        try:
+            await conn.add_listener(self.channel, self._notified)
+        except (*_RETRYABLE, asyncpg.PostgresError):
+            conn.terminate()
+            return None
+        self._listener = conn
+        # what was notified while it was down is lost: every waiting reader reads again
+        for waiters in self._waiters.values():
+            for ev in waiters:
+                ev.set()
+        return dropped
+
+    async def _keep_listening(self, dropped: asyncio.Event | None) -> None:
+        """Re-open the ``LISTEN`` connection whenever it drops (the server restarted, the
+        backend was terminated), waiting ``LISTEN_RETRY`` seconds, doubling, between tries;
+        a connection that stops answering ``SELECT 1`` counts as dropped."""
+        delay = LISTEN_RETRY[0]
+        while True:
+            if dropped is None:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, LISTEN_RETRY[1])
+            else:
+                delay = LISTEN_RETRY[0]
+                while not dropped.is_set():
+                    try:
+                        await asyncio.wait_for(dropped.wait(), LISTEN_CHECK_EVERY)
+                    except TimeoutError:
+                        await self._check_listener()
+                if self._listener is not None:
+                    self._listener.terminate()
+                    self._listener = None
+            dropped = await self._listen()
+
+    async def _check_listener(self) -> None:
+        conn = self._listener
+        try:
+            await conn.fetchval("SELECT 1", timeout=LISTEN_CHECK_EVERY / 2)
+        except (*_RETRYABLE, asyncpg.PostgresError, TimeoutError):
+            conn.terminate()  # its termination listener sets ``dropped``
 
     def _notified(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         for ev in self._waiters.get(payload, ()):
             ev.set()
 
     async def aclose(self) -> None:
+        if self._listening is not None:
+            self._listening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listening
+            self._listening = None
         if self._listener is not None:
             self._listener.terminate()
             self._listener = None
@@ -308,6 +403,12 @@ class PostgresServiceStore(st.ServerStoreBase):
         ms = max(1, int(ttl * 1000))
 
         async def op(conn: Any) -> st.AcquireResult:
+            if reply_id is not None:
+                token = await conn.fetchval(
+                    self._sql["acquire_and_start"], user_id, session_id, ms, reply_id, time.time()
+                )
+                if token is not None:
+                    return st.Acquired(int(token), None)
             async with conn.transaction():
                 row = await conn.fetchrow(self._sql["acquire"], user_id, session_id, ms)
                 if row is None:
@@ -463,6 +564,14 @@ class PostgresServiceStore(st.ServerStoreBase):
                 if not waiters:
                     del self._waiters[key]
         return [StoredEvent(r[0], r[1], r[2]) for r in rows]
+
+
+async def _rollback_if_in_transaction(conn: Any) -> None:
+    """The pool's reset of a released connection: this store leaves no session state on
+    a pooled connection (no LISTEN, no session advisory lock, no SET), so the default reset
+    (a round trip of ``RESET ALL``, ``UNLISTEN *``, ...) after every call is not needed."""
+    if conn.is_in_transaction():
+        await conn.execute("ROLLBACK")
 
 
 def _key(user_id: str, session_id: str, reply_id: str) -> str:
