@@ -1,8 +1,10 @@
 """One reply running in this process: drives the agent, writes its events to the store.
 
 The agent never waits for the store: its events go to a queue that one writer task
-appends in batches (one round trip for what the agent produced in the last
-``FLUSH_WINDOW`` seconds; the terminal event at once). Readers in this
+appends in batches: a burst of events (each within ``FLUSH_WINDOW`` of the last, for at most
+``FLUSH_MAX``) is one round trip, and the terminal event is written at once with whatever
+is pending. A plain reply (``reply_start``, ``reasoning_start`` and ``context`` a few
+milliseconds apart, then the model's answer with ``reply_end``) is two appends. Readers in this
 process follow the events the store has acknowledged, straight from memory; readers in
 other processes read the store. Either way a reader sees each stored event once, in order.
 
@@ -32,9 +34,13 @@ logger = logging.getLogger("mnemoscope.service")
 
 StreamFactory = Callable[[], Awaitable[AsyncIterator[Any]]]
 
-FLUSH_WINDOW = 0.003
-"""Seconds the writer waits for more events before a round trip (never for the last one):
-a model streaming many deltas a second costs a few store writes a second, not one each."""
+FLUSH_WINDOW = 0.005
+"""Seconds of quiet after an event before the writer stores what is pending (never waited
+for the terminal event): a model streaming many deltas a second costs a few store writes a
+second, not one each."""
+
+FLUSH_MAX = 0.02
+"""Most seconds an event waits in a burst that does not stop."""
 
 
 class ReplyRunner:
@@ -168,11 +174,7 @@ class ReplyRunner:
         while True:
             await self._wake_writer.wait()
             self._wake_writer.clear()
-            # gather what the agent emits in the next few milliseconds (reply_start with
-            # reasoning_start, a burst of text deltas) into one round trip; the reply's
-            # end is written at once
-            if not any(f is not None for _, f in self._pending):
-                await asyncio.sleep(FLUSH_WINDOW)
+            await self._burst()
             while self._pending:
                 batch = list(self._pending)
                 final = next((f for _, f in batch if f is not None), None)
@@ -191,6 +193,23 @@ class ReplyRunner:
                 if result.cancel_requested and final is None:
                     self.cancel("requested")
             self._idle.set()
+
+    async def _burst(self) -> None:
+        """Wait while the agent's events keep coming (see ``FLUSH_WINDOW``, ``FLUSH_MAX``);
+        at once when the terminal event is pending."""
+        loop = asyncio.get_running_loop()
+        cap = loop.time() + FLUSH_MAX
+        while not any(f is not None for _, f in self._pending):
+            left = min(FLUSH_WINDOW, cap - loop.time())
+            if left <= 0:
+                return
+            seen = len(self._pending)
+            timer = loop.call_later(left, self._wake_writer.set)
+            await self._wake_writer.wait()
+            self._wake_writer.clear()
+            timer.cancel()
+            if len(self._pending) == seen:  # quiet for FLUSH_WINDOW
+                return
 
     async def _append(self, events: list[StoredEvent], final: ReplyStatus | None) -> Any:
         """Append, retrying a store that is down for up to the lock's lifetime."""
