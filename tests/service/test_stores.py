@@ -1,4 +1,4 @@
-"""The service stores (in-process, Redis, PostgreSQL) honour one contract: per-user
+"""The service stores (in-process, SQLite, Redis, PostgreSQL) honour one contract: per-user
 sessions, a fenced expiring lock, idempotent appends, recovery of lost replies."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,8 +20,8 @@ from .conftest import drop_store_data
 FAILED = json.dumps({"type": "reply_failed", "reason": "worker_lost"})
 
 
-@pytest.fixture(params=["memory", "redis", "postgres"])
-async def store_factory(request: Any, unique_id: str) -> AsyncIterator[Any]:
+@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
+async def store_factory(request: Any, unique_id: str, tmp_path: Path) -> AsyncIterator[Any]:
     """``await make()`` -> an open store; several share one server (and key space)."""
     made: list[ServiceStoreBase] = []
 
@@ -29,6 +30,8 @@ async def store_factory(request: Any, unique_id: str) -> AsyncIterator[Any]:
             if made:
                 return made[0]
             store: ServiceStoreBase = InMemoryServiceStore()
+        elif request.param == "sqlite":  # each store its own connection to one file
+            store = store_from_url(f"sqlite:///{tmp_path / 'service.db'}")
         elif request.param == "redis":
             from mnemoscope.service import RedisServiceStore
 

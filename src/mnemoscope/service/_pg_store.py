@@ -42,45 +42,18 @@ from mnemoscope._optional import require
 from mnemoscope._redact import redact_text
 from mnemoscope.errors import ServiceStoreError, UserError
 from mnemoscope.service import _store as st
-from mnemoscope.service._store import AppendResult, ReplyInfo, ReplyStatus, SessionInfo, StoredEvent
+from mnemoscope.service._sql_store import SQL_TABLES, SQLStoreBase
+from mnemoscope.service._store import AppendResult, ReplyStatus, StoredEvent
 
 asyncpg = require("asyncpg", extra="sql", feature="PostgresServiceStore")
 
-_DDL = """
+_DDL = (
+    """
 CREATE SEQUENCE IF NOT EXISTS {p}_fence;
-CREATE TABLE IF NOT EXISTS {p}_sessions (
-    user_id text NOT NULL,
-    session_id text NOT NULL,
-    created_at double precision NOT NULL,
-    title text NOT NULL DEFAULT '',
-    lock_token bigint,
-    lock_expires timestamptz,
-    running_reply text,
-    PRIMARY KEY (user_id, session_id)
-);
-CREATE TABLE IF NOT EXISTS {p}_replies (
-    user_id text NOT NULL,
-    session_id text NOT NULL,
-    reply_id text NOT NULL,
-    status text NOT NULL,
-    token bigint NOT NULL,
-    created_at double precision NOT NULL,
-    last_seq integer NOT NULL DEFAULT 0,
-    cancel boolean NOT NULL DEFAULT false,
-    PRIMARY KEY (user_id, session_id, reply_id),
-    FOREIGN KEY (user_id, session_id) REFERENCES {p}_sessions ON DELETE CASCADE
-);
-CREATE TABLE IF NOT EXISTS {p}_events (
-    user_id text NOT NULL,
-    session_id text NOT NULL,
-    reply_id text NOT NULL,
-    seq integer NOT NULL,
-    type text NOT NULL,
-    data text NOT NULL,
-    PRIMARY KEY (user_id, session_id, reply_id, seq),
-    FOREIGN KEY (user_id, session_id, reply_id) REFERENCES {p}_replies ON DELETE CASCADE
-);
 """
+    + SQL_TABLES
+)
+
 
 _ACQUIRE = """
 UPDATE {p}_sessions
@@ -177,12 +150,6 @@ SELECT r.last_seq, r.cancel, EXISTS (SELECT 1 FROM ok) AS wrote,
 FROM r
 """
 
-_CANCEL = """
-UPDATE {p}_replies SET cancel = (status = 'running')
-WHERE user_id = $1 AND session_id = $2 AND reply_id = $3
-RETURNING reply_id, status, created_at, last_seq, cancel
-"""
-
 LISTEN_RETRY = (0.1, 5.0)
 """Seconds before the first try to re-open a dropped ``LISTEN`` connection, and the most
 between later tries (the wait doubles)."""
@@ -198,7 +165,7 @@ _RETRYABLE: tuple[type[BaseException], ...] = (
 )
 
 
-class PostgresServiceStore(st.ServerStoreBase):
+class PostgresServiceStore(SQLStoreBase):
     """Sessions, reply logs and fenced session leases in PostgreSQL (see module docstring).
 
     Args:
@@ -213,16 +180,12 @@ class PostgresServiceStore(st.ServerStoreBase):
     driver_errors = (asyncpg.PostgresError,)
 
     def __init__(self, url: str, *, table_prefix: str = "mnemoscope_svc", pool_size: int = 20):
-        if not table_prefix.isidentifier():
-            raise UserError(
-                f"PostgresServiceStore: table_prefix must be an identifier, got {table_prefix!r}"
-            )
+        self._set_prefix(table_prefix)
         scheme, rest = url.split("://", 1)
         if scheme not in ("postgresql", "postgres", "postgresql+asyncpg"):
             raise UserError(f"PostgresServiceStore needs a postgresql:// URL, got {scheme}://")
         self.url = url
         self.dsn = "postgresql://" + rest
-        self.table_prefix = table_prefix
         self.pool_size = pool_size
         self.channel = f"{table_prefix}_events"
         self._pool: Any = None
@@ -238,7 +201,6 @@ class PostgresServiceStore(st.ServerStoreBase):
                 "heartbeat": _HEARTBEAT,
                 "start": _START,
                 "append": _APPEND,
-                "cancel": _CANCEL,
             }.items()
         }
 
@@ -351,40 +313,13 @@ class PostgresServiceStore(st.ServerStoreBase):
 
         return await self._call(what, on_a_connection, retry=retry)
 
-    def _t(self, name: str) -> str:
-        return f"{self.table_prefix}_{name}"
+    async def _rows(self, what: str, sql: str, *args: Any) -> list[Any]:
+        return list(await self._do(what, lambda c: c.fetch(sql, *args)))
 
     async def ping(self) -> None:
         await self._do("answer SELECT 1", lambda c: c.fetchval("SELECT 1"))
 
     # ------------------------------------------------------------------ sessions
-    async def create_session(self, user_id: str, session_id: str, title: str) -> SessionInfo | None:
-        now = time.time()
-        sql = (
-            f"INSERT INTO {self._t('sessions')} (user_id, session_id, created_at, title) "
-            "VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING 1"
-        )
-        done = await self._do(
-            "create a session", lambda c: c.fetchval(sql, user_id, session_id, now, title)
-        )
-        return SessionInfo(user_id, session_id, now, title) if done else None
-
-    async def list_sessions(self, user_id: str) -> list[SessionInfo]:
-        sql = (
-            f"SELECT session_id, created_at, title FROM {self._t('sessions')} "
-            "WHERE user_id = $1 ORDER BY created_at, session_id"
-        )
-        rows = await self._do("list sessions", lambda c: c.fetch(sql, user_id))
-        return [SessionInfo(user_id, r[0], r[1], r[2]) for r in rows]
-
-    async def get_session(self, user_id: str, session_id: str) -> SessionInfo | None:
-        sql = (
-            f"SELECT created_at, title FROM {self._t('sessions')} "
-            "WHERE user_id = $1 AND session_id = $2"
-        )
-        row = await self._do("read a session", lambda c: c.fetchrow(sql, user_id, session_id))
-        return SessionInfo(user_id, session_id, row[0], row[1]) if row else None
-
     async def delete_session(self, user_id: str, session_id: str, token: int) -> bool:
         sql = (
             f"DELETE FROM {self._t('sessions')} "
@@ -451,15 +386,6 @@ class PostgresServiceStore(st.ServerStoreBase):
             return AppendResult(fenced=True)
         return AppendResult(cancel_requested=bool(row[0]))
 
-    async def release(self, user_id: str, session_id: str, token: int) -> None:
-        sql = (
-            f"UPDATE {self._t('sessions')} SET lock_token = NULL, lock_expires = NULL "
-            "WHERE user_id = $1 AND session_id = $2 AND lock_token = $3"
-        )
-        await self._do(
-            "release a session lock", lambda c: c.execute(sql, user_id, session_id, token)
-        )
-
     async def lock_token(self, user_id: str, session_id: str) -> int | None:
         sql = (
             f"SELECT lock_token FROM {self._t('sessions')} WHERE user_id = $1 AND session_id = $2 "
@@ -506,64 +432,28 @@ class PostgresServiceStore(st.ServerStoreBase):
             return AppendResult(fenced=True)
         return AppendResult(cancel_requested=bool(cancel))
 
-    async def request_cancel(
-        self, user_id: str, session_id: str, reply_id: str
-    ) -> ReplyInfo | None:
-        row = await self._do(
-            "cancel a reply",
-            lambda c: c.fetchrow(self._sql["cancel"], user_id, session_id, reply_id),
-        )
-        return ReplyInfo(row[0], row[1], row[2], row[3], row[4]) if row else None
-
-    async def get_reply(self, user_id: str, session_id: str, reply_id: str) -> ReplyInfo | None:
-        sql = (
-            f"SELECT reply_id, status, created_at, last_seq, cancel FROM {self._t('replies')} "
-            "WHERE user_id = $1 AND session_id = $2 AND reply_id = $3"
-        )
-        row = await self._do(
-            "read a reply", lambda c: c.fetchrow(sql, user_id, session_id, reply_id)
-        )
-        return ReplyInfo(row[0], row[1], row[2], row[3], row[4]) if row else None
-
-    async def list_replies(self, user_id: str, session_id: str) -> list[ReplyInfo]:
-        sql = (
-            f"SELECT reply_id, status, created_at, last_seq, cancel FROM {self._t('replies')} "
-            "WHERE user_id = $1 AND session_id = $2 ORDER BY created_at, reply_id"
-        )
-        rows = await self._do("list replies", lambda c: c.fetch(sql, user_id, session_id))
-        return [ReplyInfo(r[0], r[1], r[2], r[3], r[4]) for r in rows]
-
     async def read_events(
         self, user_id: str, session_id: str, reply_id: str, after: int, wait: float
     ) -> list[StoredEvent]:
-        sql = (
-            f"SELECT seq, type, data FROM {self._t('events')} "
-            "WHERE user_id = $1 AND session_id = $2 AND reply_id = $3 AND seq > $4 ORDER BY seq"
-        )
         key = _key(user_id, session_id, reply_id)
         woken = asyncio.Event()
         if wait > 0:  # registered before the read, so a notification in between is not lost
             self._waiters.setdefault(key, set()).add(woken)
         try:
-            rows = await self._do(
-                "read reply events", lambda c: c.fetch(sql, user_id, session_id, reply_id, after)
-            )
-            if not rows and wait > 0:
+            found = await self._events_after(user_id, session_id, reply_id, after)
+            if not found and wait > 0:
                 try:
                     await asyncio.wait_for(woken.wait(), wait)
                 except TimeoutError:
                     return []
-                rows = await self._do(
-                    "read reply events",
-                    lambda c: c.fetch(sql, user_id, session_id, reply_id, after),
-                )
+                found = await self._events_after(user_id, session_id, reply_id, after)
         finally:
             waiters = self._waiters.get(key)
             if waiters is not None:
                 waiters.discard(woken)
                 if not waiters:
                     del self._waiters[key]
-        return [StoredEvent(r[0], r[1], r[2]) for r in rows]
+        return found
 
 
 async def _rollback_if_in_transaction(conn: Any) -> None:

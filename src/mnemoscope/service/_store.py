@@ -2,13 +2,14 @@
 
 A store is chosen by URL (:func:`store_from_url`):
 
-=================================  ==========================================  =============
-URL                                store                                       scope
-=================================  ==========================================  =============
-``memory://``                      :class:`InMemoryServiceStore`               one process
-``redis://``, ``rediss://``        :class:`~mnemoscope.service.RedisServiceStore`   any processes
-``postgresql://`` (asyncpg)        :class:`~mnemoscope.service.PostgresServiceStore` any processes
-=================================  ==========================================  =============
+===========================  ===================================================  ===========
+URL                          store                                                scope
+===========================  ===================================================  ===========
+``memory://``                :class:`~mnemoscope.service.InMemoryServiceStore`    a process
+``sqlite:///path.db``        :class:`~mnemoscope.service.SQLiteServiceStore`      a machine
+``redis://``, ``rediss://``  :class:`~mnemoscope.service.RedisServiceStore`       any
+``postgresql://`` (asyncpg)  :class:`~mnemoscope.service.PostgresServiceStore`    any
+===========================  ===================================================  ===========
 
 Every record is keyed by ``(user_id, session_id)``: the store has no call that reads a
 session without the user id, so the routing layer cannot reach another user's data by a
@@ -296,8 +297,9 @@ class ServerStoreBase(ServiceStoreBase):
 
 
 def store_from_url(url: str) -> ServiceStoreBase:
-    """The store for a URL: ``memory://``, ``redis://``/``rediss://``/``unix://``, or
-    ``postgresql://`` (also ``postgres://`` and ``postgresql+asyncpg://``).
+    """The store for a URL: ``memory://``, ``sqlite:///path.db``,
+    ``redis://``/``rediss://``/``unix://``, or ``postgresql://`` (also ``postgres://`` and
+    ``postgresql+asyncpg://``).
 
     Raises:
         UserError: another scheme (the message lists the supported ones).
@@ -311,11 +313,16 @@ def store_from_url(url: str) -> ServiceStoreBase:
         from mnemoscope.service._redis_store import RedisServiceStore
 
         return RedisServiceStore(url)
+    if scheme == "sqlite":
+        from mnemoscope.service._sqlite_store import SQLiteServiceStore
+
+        return SQLiteServiceStore(url)
     if scheme in ("postgresql", "postgres", "postgresql+asyncpg"):
         from mnemoscope.service._pg_store import PostgresServiceStore
 
         return PostgresServiceStore(url)
     raise UserError(
         f"service store URL {url!r} is not supported: use memory:// (one process), "
-        "redis://host:6379/0 or postgresql://user@host:5432/db"
+        "sqlite:///path.db (processes of one machine), redis://host:6379/0 or "
+        "postgresql://user@host:5432/db"
     )
