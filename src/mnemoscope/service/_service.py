@@ -7,6 +7,7 @@ import importlib
 import inspect
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from mnemoscope.agent import Agent
@@ -102,6 +103,14 @@ def check_agent(agent: object, user_id: str, session_id: str) -> Agent:
     return agent
 
 
+@dataclass
+class _Line:
+    """The messages of this process waiting for one busy session."""
+
+    turn: asyncio.Lock = field(default_factory=asyncio.Lock)  # wakes its waiters in order
+    waiting: int = 0
+
+
 class AgentService:
     """Sessions and replies over a store (what the HTTP routes call)."""
 
@@ -112,6 +121,7 @@ class AgentService:
         self.store = store
         self.settings = settings
         self.runners: dict[tuple[str, str, str], ReplyRunner] = {}
+        self._lines: dict[tuple[str, str], _Line] = {}
         self.stopping = False
 
     # ------------------------------------------------------------------ agents
@@ -154,33 +164,79 @@ class AgentService:
     async def _acquire(
         self, user_id: str, session_id: str, policy: BusyPolicy, reply_id: str | None = None
     ) -> Acquired:
+        """The session's lock (with ``reply_id`` started), or the busy policy's error.
+
+        Messages that wait for a busy session (``enqueue``, ``interrupt``) wait in one line
+        per session in this process, first come, first served: only the first of the line
+        polls the store, and a newcomer never goes before those waiting."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.queue_timeout
-        delay, interrupted = 0.005, False
-        while True:
-            result = await self.store.acquire(
-                user_id, session_id, self.settings.lock_ttl, WORKER_LOST, reply_id
-            )
+        key = (user_id, session_id)
+        if policy == "reject" or key not in self._lines:
+            result = await self._try_acquire(user_id, session_id, reply_id)
             if isinstance(result, Acquired):
                 return result
-            if not isinstance(result, Busy):
-                raise SessionNotFoundError
             if policy == "reject":
                 raise SessionBusyError(
                     result.running_reply,
                     "the session is answering another message; wait for its reply_end, "
                     "cancel it, or retry",
                 )
+        line = self._lines.setdefault(key, _Line())
+        line.waiting += 1
+        try:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await line.turn.acquire()
+            except TimeoutError:
+                raise self._still_busy(None) from None
+            try:
+                return await self._poll(user_id, session_id, policy, reply_id, deadline)
+            finally:
+                line.turn.release()
+        finally:
+            line.waiting -= 1
+            if not line.waiting:
+                del self._lines[key]
+
+    async def _try_acquire(
+        self, user_id: str, session_id: str, reply_id: str | None
+    ) -> Acquired | Busy:
+        result = await self.store.acquire(
+            user_id, session_id, self.settings.lock_ttl, WORKER_LOST, reply_id
+        )
+        if isinstance(result, Acquired | Busy):
+            return result
+        raise SessionNotFoundError
+
+    def _still_busy(self, running_reply: str | None) -> SessionBusyError:
+        return SessionBusyError(
+            running_reply,
+            f"the session stayed busy for {self.settings.queue_timeout:g} s; retry later",
+        )
+
+    async def _poll(
+        self,
+        user_id: str,
+        session_id: str,
+        policy: BusyPolicy,
+        reply_id: str | None,
+        deadline: float,
+    ) -> Acquired:
+        """Try the store until the session is free (with backoff), or until ``deadline``."""
+        loop = asyncio.get_running_loop()
+        delay, interrupted = 0.005, False
+        while True:
+            result = await self._try_acquire(user_id, session_id, reply_id)
+            if isinstance(result, Acquired):
+                return result
             if policy == "interrupt" and result.running_reply and not interrupted:
                 interrupted = True
                 await self.cancel(user_id, session_id, result.running_reply)
             if self.stopping:
                 raise ShuttingDownError
             if loop.time() >= deadline:
-                raise SessionBusyError(
-                    result.running_reply,
-                    f"the session stayed busy for {self.settings.queue_timeout:g} s; retry later",
-                )
+                raise self._still_busy(result.running_reply)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.1)
 
