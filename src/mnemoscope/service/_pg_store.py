@@ -33,7 +33,6 @@ state on them), so most calls are one round trip.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from typing import Any
@@ -263,7 +262,7 @@ class PostgresServiceStore(SQLStoreBase):
         backend was terminated), waiting ``LISTEN_RETRY`` seconds, doubling, between tries;
         a connection that stops answering ``SELECT 1`` counts as dropped."""
         delay = LISTEN_RETRY[0]
-        while True:
+        while self._listening is not None:
             if dropped is None:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, LISTEN_RETRY[1])
@@ -292,10 +291,12 @@ class PostgresServiceStore(SQLStoreBase):
 
     async def aclose(self) -> None:
         if self._listening is not None:
-            self._listening.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._listening
-            self._listening = None
+            task, self._listening = self._listening, None
+            # a cancel that lands as asyncpg's connect fails can be swallowed by the
+            # driver's own timeout handling: cancel until the task is done
+            while not task.done():
+                task.cancel()
+                await asyncio.wait({task}, timeout=0.1)
         if self._listener is not None:
             self._listener.terminate()
             self._listener = None

@@ -6,7 +6,7 @@ import asyncio
 import importlib
 import inspect
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -272,7 +272,7 @@ class AgentService:
 
     async def events(
         self, user_id: str, session_id: str, reply_id: str, after: int
-    ) -> AsyncIterator[list[StoredEvent]]:
+    ) -> AsyncGenerator[list[StoredEvent], None]:
         """The reply's events with ``seq > after``, each once, in order, to its terminal
         event, in batches of what was available; an empty batch now and then while
         waiting (for a keep-alive)."""
