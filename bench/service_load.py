@@ -192,38 +192,103 @@ class RawClient:
 
 
 # --------------------------------------------------------------------- the runs
-async def run_direct(memory_url: str, clients: int, per_client: int, run: str) -> dict[str, Any]:
-    os.environ["MNEMOSCOPE_BENCH_MEMORY_URL"] = memory_url
+async def drive(
+    clients: int, per_client: int, rate: float | None, one: Any
+) -> tuple[list[float], float]:
+    """Run ``clients * per_client`` replies with ``await one(i, j)`` (client/session ``i``,
+    its ``j``-th message); the latency of each and the wall time.
+
+    Closed loop (``rate`` is None): ``clients`` loops, each sending its next message when
+    the last reply ended. Open loop: messages arrive every ``1 / rate`` seconds whatever
+    the replies do, each to a session that is not answering (from a pool of ``clients``);
+    its latency counts from its arrival, so waiting for a free session is counted too."""
     latencies: list[float] = []
-
-    async def client(i: int) -> None:
-        user, sid = f"d{run}u{i % USERS}", f"d{run}s{i}"
-        for j in range(per_client):
-            t0 = time.perf_counter()
-            agent = await make_agent(user, sid)
-            await agent.reply(f"c{i} m{j}")
-            await agent.memory.aclose()
-            latencies.append(time.perf_counter() - t0)
-
-    await client(-1)  # warm-up: connections, tables
-    latencies.clear()
     t0 = time.perf_counter()
-    await asyncio.gather(*(client(i) for i in range(clients)))
-    wall = time.perf_counter() - t0
+    if rate is None:
+
+        async def loop(i: int) -> None:
+            for j in range(per_client):
+                start = time.perf_counter()
+                await one(i, j)
+                latencies.append(time.perf_counter() - start)
+
+        await asyncio.gather(*(loop(i) for i in range(clients)))
+        return latencies, time.perf_counter() - t0
+    free: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(clients):
+        free.put_nowait(i)
+    sent = [0] * clients
+
+    async def arrival(arrived: float) -> None:
+        i = await free.get()
+        j, sent[i] = sent[i], sent[i] + 1
+        try:
+            await one(i, j)
+        finally:
+            free.put_nowait(i)
+        latencies.append(time.perf_counter() - arrived)
+
+    tasks = []
+    for k in range(clients * per_client):
+        arrives = t0 + k / rate
+        if (wait := arrives - time.perf_counter()) > 0:
+            await asyncio.sleep(wait)
+        tasks.append(asyncio.create_task(arrival(arrives)))
+    await asyncio.gather(*tasks)
+    return latencies, time.perf_counter() - t0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its live descendants (the uvicorn workers)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parents[int(entry)], stats[int(entry)] = int(fields[1]), fields
+    tree, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        tree.add(p)
+        todo += [c for c, parent in parents.items() if parent == p and c not in tree]
+    return sum(int(stats[p][11]) + int(stats[p][12]) for p in tree if p in stats) / tick
+
+
+async def run_direct(
+    memory_url: str, clients: int, per_client: int, rate: float | None, run: str
+) -> dict[str, Any]:
+    os.environ["MNEMOSCOPE_BENCH_MEMORY_URL"] = memory_url
+
+    def ids(i: int) -> tuple[str, str]:
+        return f"d{run}u{i % USERS}", f"d{run}s{i}"
+
+    async def one(i: int, j: int) -> None:
+        agent = await make_agent(*ids(i))
+        await agent.reply(f"c{i} m{j}")
+        await agent.memory.aclose()
+
+    await one(-1, 0)  # warm-up: connections, tables
+    cpu0 = time.process_time()
+    latencies, wall = await drive(clients, per_client, rate, one)
+    cpu = time.process_time() - cpu0
     # clean up what the baseline stored
     for i in range(-1, clients):
-        agent = await make_agent(f"d{run}u{i % USERS}", f"d{run}s{i}")
+        agent = await make_agent(*ids(i))
         await agent.memory.clear()
         await agent.memory.aclose()
     for value in _SHARED.values():
         await (value.dispose() if hasattr(value, "dispose") else value.aclose())
     _SHARED.clear()
-    return {"latencies": latencies, "wall": wall}
+    return {"latencies": latencies, "wall": wall, "cpu": cpu}
 
 
 async def run_service(
     store: str, memory_url: str, workers: int, clients: int, sessions: int, per_client: int,
-    run: str,
+    rate: float | None, run: str,
 ) -> dict[str, Any]:  # fmt: skip
     import httpx
 
@@ -237,8 +302,8 @@ async def run_service(
         "MNEMOSCOPE_BENCH_MEMORY_URL": memory_url,
     }
     server = Server(store, workers, tmp / "tokens.json", env)
-    limits = httpx.Limits(max_connections=clients + 20, max_keepalive_connections=clients + 20)
-    async with httpx.AsyncClient(timeout=120, limits=limits) as http:
+    async with httpx.AsyncClient(timeout=120) as http:
+        raws = [RawClient(server.port) for _ in range(clients)]
         try:
             await server.ready(http)
             owners = {f"b{run}s{s}": f"b{run}u{s % USERS}" for s in range(sessions)}
@@ -248,32 +313,23 @@ async def run_service(
                     server.url + "/v1/sessions", json={"session_id": sid}, headers=headers
                 )
                 r.raise_for_status()
-            latencies: list[float] = []
             gaps = 0
             sent: dict[str, list[str]] = {sid: [] for sid in owners}
 
-            async def client(i: int, n: int, record: bool) -> None:
+            async def one(i: int, j: int, tag: str = "r") -> None:
                 nonlocal gaps
                 sid = f"b{run}s{i % sessions}"
-                token = token_of[owners[sid]]
-                raw = RawClient(server.port)
-                try:
-                    for j in range(n):
-                        text = f"c{i} m{j} {'w' if not record else 'r'}"
-                        sent[sid].append(text)
-                        t0 = time.perf_counter()
-                        ids = await raw.reply(token, sid, text)
-                        if record:
-                            latencies.append(time.perf_counter() - t0)
-                        if ids != list(range(1, len(ids) + 1)):
-                            gaps += 1
-                finally:
-                    await raw.aclose()
+                text = f"c{i} m{j} {tag}"
+                sent[sid].append(text)
+                ids = await raws[i].reply(token_of[owners[sid]], sid, text)
+                if ids != list(range(1, len(ids) + 1)):
+                    gaps += 1
 
-            await asyncio.gather(*(client(i, 1, False) for i in range(min(clients, 20))))
-            t0 = time.perf_counter()
-            await asyncio.gather(*(client(i, per_client, True) for i in range(clients)))
-            wall = time.perf_counter() - t0
+            # warm-up: connections, the first reply of each session
+            await asyncio.gather(*(one(i, -1, "w") for i in range(clients)))
+            cpu0 = cpu_seconds(server.proc.pid)
+            latencies, wall = await drive(clients, per_client, rate, one)
+            cpu = cpu_seconds(server.proc.pid) - cpu0
             lost = dup = 0
             for sid, user in owners.items():
                 headers = {"Authorization": f"Bearer {token_of[user]}"}
@@ -287,12 +343,20 @@ async def run_service(
                     dup += max(0, n - 1)
                 await http.delete(f"{server.url}/v1/sessions/{sid}", headers=headers)
         finally:
+            for raw in raws:
+                await raw.aclose()
             server.stop()
-    return {"latencies": latencies, "wall": wall, "lost": lost, "dup": dup, "gaps": gaps}
+    return {
+        "latencies": latencies, "wall": wall, "cpu": cpu, "lost": lost, "dup": dup, "gaps": gaps
+    }  # fmt: skip
 
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f}"
+
+
+def _rate(value: str) -> float | None:
+    return None if value == "closed" else float(value)
 
 
 async def main() -> list[dict[str, Any]]:
@@ -304,55 +368,71 @@ async def main() -> list[dict[str, Any]]:
     parser.add_argument(
         "--per-client", type=int, default=None, help="replies per client (default: 10, or 100 / K)"
     )
+    parser.add_argument(
+        "--rates",
+        default="closed",
+        help="comma-separated: 'closed' (K closed loops, no think time) or an open-loop "
+        "arrival rate in messages/s over a pool of K sessions",
+    )
     parser.add_argument("--latency-ms", type=float, default=50.0)
     parser.add_argument("--json", help="also write the raw results here")
     args = parser.parse_args()
     os.environ["MNEMOSCOPE_BENCH_LATENCY"] = str(args.latency_ms / 1000)
     urls = {"redis": (REDIS_URL, REDIS_URL), "postgres": (POSTGRES_URL, POSTGRES_URL)}
     rows, raw = [], []
-    for store_name in args.stores.split(","):
+    runs = [
+        (store, k, rate)
+        for store in args.stores.split(",")
+        for k in (int(x) for x in args.clients.split(","))
+        for rate in (_rate(x) for x in args.rates.split(","))
+    ]
+    for store_name, k, rate in runs:
         store, memory_url = urls[store_name]
-        for k in (int(x) for x in args.clients.split(",")):
-            sessions = args.sessions or k
-            per_client = args.per_client or max(10, 100 // k)  # enough replies for a p95
-            run = uuid.uuid4().hex[:6]
-            direct = await run_direct(memory_url, k, per_client, run)
-            d50, d95 = _pct(direct["latencies"], 0.5), _pct(direct["latencies"], 0.95)
-            ceiling = k / (args.latency_ms / 1000)
-            rows.append(
-                f"| {store_name} | direct | {k} | {k} | {len(direct['latencies'])} "
-                f"| {len(direct['latencies']) / direct['wall']:.0f} | {ceiling:.0f} "
-                f"| {_ms(d50)} | {_ms(d95)} | - | - | - |"
+        sessions = args.sessions or k
+        per_client = args.per_client or max(10, 100 // k)  # enough replies for a p95
+        run = uuid.uuid4().hex[:6]
+        load = f"{k}" if rate is None else f"{k} @ {rate:g}/s"
+        ceiling = k / (args.latency_ms / 1000) if rate is None else rate
+        direct = await run_direct(memory_url, k, per_client, rate, run)
+        n = len(direct["latencies"])
+        d50, d95 = _pct(direct["latencies"], 0.5), _pct(direct["latencies"], 0.95)
+        rows.append(
+            f"| {store_name} | direct | {load} | {k} | {n} | {n / direct['wall']:.0f} "
+            f"| {ceiling:.0f} | {_ms(d50)} | {_ms(d95)} | - | - | - | {_ms(direct['cpu'] / n)} |"
+        )
+        print(rows[-1], file=sys.stderr, flush=True)
+        for workers in (int(x) for x in args.workers.split(",")):
+            res = await run_service(
+                store, memory_url, workers, k, sessions, per_client, rate, run + str(workers)
             )
-            for workers in (int(x) for x in args.workers.split(",")):
-                res = await run_service(
-                    store, memory_url, workers, k, sessions, per_client, run + str(workers)
-                )
-                s50, s95 = _pct(res["latencies"], 0.5), _pct(res["latencies"], 0.95)
-                rows.append(
-                    f"| {store_name} | {workers} worker{'s' if workers > 1 else ''} | {k} "
-                    f"| {sessions} | {len(res['latencies'])} "
-                    f"| {len(res['latencies']) / res['wall']:.0f} | {ceiling:.0f} "
-                    f"| {_ms(s50)} | {_ms(s95)} | {_ms(s50 - d50)} | {_ms(s95 - d95)} "
-                    f"| {res['lost']} / {res['dup']} / {res['gaps']} |"
-                )
-                raw.append(
-                    {
-                        "store": store_name,
-                        "workers": workers,
-                        "clients": k,
-                        "sessions": sessions,
-                        "direct_p50": d50,
-                        "direct_p95": d95,
-                        "p50": s50,
-                        "p95": s95,
-                        "replies_per_s": len(res["latencies"]) / res["wall"],
-                        "lost": res["lost"],
-                        "dup": res["dup"],
-                        "gaps": res["gaps"],
-                    }
-                )
-                print(rows[-1], file=sys.stderr, flush=True)
+            n = len(res["latencies"])
+            s50, s95 = _pct(res["latencies"], 0.5), _pct(res["latencies"], 0.95)
+            rows.append(
+                f"| {store_name} | {workers} worker{'s' if workers > 1 else ''} | {load} "
+                f"| {sessions} | {n} | {n / res['wall']:.0f} | {ceiling:.0f} "
+                f"| {_ms(s50)} | {_ms(s95)} | {_ms(s50 - d50)} | {_ms(s95 - d95)} "
+                f"| {res['lost']} / {res['dup']} / {res['gaps']} | {_ms(res['cpu'] / n)} |"
+            )
+            raw.append(
+                {
+                    "store": store_name,
+                    "workers": workers,
+                    "clients": k,
+                    "rate": rate,
+                    "sessions": sessions,
+                    "direct_p50": d50,
+                    "direct_p95": d95,
+                    "direct_cpu_per_reply": direct["cpu"] / len(direct["latencies"]),
+                    "p50": s50,
+                    "p95": s95,
+                    "server_cpu_per_reply": res["cpu"] / n,
+                    "replies_per_s": n / res["wall"],
+                    "lost": res["lost"],
+                    "dup": res["dup"],
+                    "gaps": res["gaps"],
+                }
+            )
+            print(rows[-1], file=sys.stderr, flush=True)
     print(
         f"\nScripted model latency {args.latency_ms:g} ms; "
         f"{args.per_client or 'max(10, 100 / K)'} replies per client; "
@@ -360,9 +440,10 @@ async def main() -> list[dict[str, Any]]:
     )
     print(
         "| store | run | clients K | sessions S | replies | replies/s | ceiling/s "
-        "| p50 ms | p95 ms | added p50 ms | added p95 ms | lost / dup / id gaps |"
+        "| p50 ms | p95 ms | added p50 ms | added p95 ms | lost / dup / id gaps "
+        "| CPU ms/reply |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     return raw
 

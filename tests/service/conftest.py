@@ -194,13 +194,16 @@ async def drop_store_data(store: Any) -> None:
             await store.client.delete(key)
 
 
-@pytest.fixture(params=["memory", "redis", "postgres"])
-async def any_store(request: Any, unique_id: str) -> AsyncIterator[Any]:
+@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
+async def any_store(request: Any, unique_id: str, tmp_path: Path) -> AsyncIterator[Any]:
     """A fresh service store of each kind (unique prefix on the shared servers)."""
-    from mnemoscope.service import InMemoryServiceStore
+    from mnemoscope.service import InMemoryServiceStore, SQLiteServiceStore
 
     if request.param == "memory":
         yield InMemoryServiceStore()
+        return
+    if request.param == "sqlite":
+        yield SQLiteServiceStore(f"sqlite:///{tmp_path / 'service.db'}")
         return
     if request.param == "redis":
         from mnemoscope.service import RedisServiceStore

@@ -171,6 +171,28 @@ async def test_busy_session_enqueue_runs_one_after_the_other(make_client: Any) -
     assert [x["status"] for x in replies] == ["done", "done"]
 
 
+async def test_enqueued_messages_run_first_come_first_served(make_client: Any) -> None:
+    client = await make_client(busy_policy="enqueue")
+    await _session(client)
+    first = asyncio.create_task(
+        client.post("/v1/sessions/s1/messages", json={"content": "slow:0.5"}, headers=ALICE)
+    )
+    await _running_reply(client, "s1")
+    queued = []
+    for n in range(6):  # each starts waiting after the one before
+        queued.append(
+            asyncio.create_task(
+                client.post("/v1/sessions/s1/messages", json={"content": f"m{n}"}, headers=ALICE)
+            )
+        )
+        await asyncio.sleep(0.03)
+    for post in [first, *queued]:
+        assert parse_sse((await post).text)[-1]["event"] == "reply_end"
+    history = (await client.get("/v1/sessions/s1/history", headers=ALICE)).json()["messages"]
+    asked = [m["msg"]["content"][0]["text"] for m in history if m["msg"]["role"] == "user"]
+    assert asked == ["slow:0.5", "m0", "m1", "m2", "m3", "m4", "m5"]
+
+
 async def test_busy_session_interrupt_cancels_the_running_reply(make_client: Any) -> None:
     client = await make_client(busy_policy="reject")
     await _session(client)

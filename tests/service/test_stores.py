@@ -1,4 +1,4 @@
-"""The service stores (in-process, Redis, PostgreSQL) honour one contract: per-user
+"""The service stores (in-process, SQLite, Redis, PostgreSQL) honour one contract: per-user
 sessions, a fenced expiring lock, idempotent appends, recovery of lost replies."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,8 +20,8 @@ from .conftest import drop_store_data
 FAILED = json.dumps({"type": "reply_failed", "reason": "worker_lost"})
 
 
-@pytest.fixture(params=["memory", "redis", "postgres"])
-async def store_factory(request: Any, unique_id: str) -> AsyncIterator[Any]:
+@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
+async def store_factory(request: Any, unique_id: str, tmp_path: Path) -> AsyncIterator[Any]:
     """``await make()`` -> an open store; several share one server (and key space)."""
     made: list[ServiceStoreBase] = []
 
@@ -29,6 +30,8 @@ async def store_factory(request: Any, unique_id: str) -> AsyncIterator[Any]:
             if made:
                 return made[0]
             store: ServiceStoreBase = InMemoryServiceStore()
+        elif request.param == "sqlite":  # each store its own connection to one file
+            store = store_from_url(f"sqlite:///{tmp_path / 'service.db'}")
         elif request.param == "redis":
             from mnemoscope.service import RedisServiceStore
 
@@ -234,6 +237,24 @@ async def test_acquire_can_start_the_reply_in_the_same_step(store_factory: Any) 
     assert isinstance(busy, Busy) and busy.running_reply == "r1"
     assert await store.get_reply("alice", "s", "r2") is None  # not started when busy
     assert not (await store.append("alice", "s", "r1", got.token, [ev(1)])).fenced
+
+
+async def test_bad_lock_and_append_arguments_are_refused_by_every_store(
+    store_factory: Any,
+) -> None:
+    store = await store_factory()
+    await store.create_session("alice", "s", "")
+    with pytest.raises(ValueError, match="ttl must be a positive number"):
+        await store.acquire("alice", "s", 0, FAILED)
+    got = await store.acquire("alice", "s", 5, FAILED, "r")
+    assert isinstance(got, Acquired)
+    with pytest.raises(ValueError, match="ttl must be a positive number"):
+        await store.heartbeat("alice", "s", got.token, -1, "r")
+    with pytest.raises(ValueError, match=r"consecutive seq numbers, got \[1, 3\]"):
+        await store.append("alice", "s", "r", got.token, [ev(1), ev(3)])
+    with pytest.raises(ValueError, match=r"consecutive seq numbers, got \[\]"):
+        await store.append("alice", "s", "r", got.token, [])
+    assert await store.read_events("alice", "s", "r", 0, wait=0) == []  # nothing was written
 
 
 async def test_redis_delete_leaves_no_key_forever(redis_url: str, unique_id: str) -> None:

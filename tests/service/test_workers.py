@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,9 +23,15 @@ pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.timeout(120)]
 TERMINAL = {"reply_end", "reply_failed", "reply_cancelled"}
 
 
-@pytest.fixture(params=["redis", "postgres"])
-def backend(request: Any) -> dict[str, str]:
-    """The store URL and the agents' memory URL on the same server."""
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
+def backend(request: Any, tmp_path: Path) -> dict[str, str]:
+    """The store URL and the agents' memory URL on the same server (or in SQLite files of
+    one directory)."""
+    if request.param == "sqlite":
+        return {
+            "store": f"sqlite:///{tmp_path / 'service.db'}",
+            "memory_url": f"sqlite+aiosqlite:///{tmp_path / 'memory.db'}",
+        }
     if request.param == "redis":
         url = request.getfixturevalue("redis_url")
         return {"store": url, "memory_url": url}

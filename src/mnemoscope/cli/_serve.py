@@ -35,13 +35,15 @@ def add_serve_parser(sub: Any) -> None:
         help="serve an agent factory over HTTP (sessions, SSE replies) for many users",
         description="Serve module:function(user_id, session_id) -> Agent as an HTTP API "
         "(see docs/service.md). Several --workers, or several machines, share the "
-        "sessions through one --store (redis:// or postgresql://).",
+        "sessions through one --store (sqlite:/// for the workers of one machine, redis:// "
+        "or postgresql:// for any).",
     )
     p.add_argument("factory", help="the agent factory, module:function")
     p.add_argument(
         "--store",
         default="memory://",
-        help="memory:// (one worker), redis://host:6379/0 or postgresql://user@host/db",
+        help="memory:// (one worker), sqlite:///service.db (workers of one machine), "
+        "redis://host:6379/0 or postgresql://user@host/db",
     )
     p.add_argument("--tokens", required=True, help="token file: 'token user_id' lines or JSON")
     p.add_argument("--host", default="127.0.0.1")
@@ -160,7 +162,8 @@ def run_serve(args: argparse.Namespace) -> int:
         raise UserError(f"--workers must be at least 1, got {args.workers}")
     if args.workers > 1 and args.store.startswith("memory://"):
         raise UserError(
-            "--workers > 1 needs a shared --store (redis://... or postgresql://...): "
+            "--workers > 1 needs a shared --store (sqlite:///..., redis://... or "
+            "postgresql://...): "
             "memory:// lives in one process"
         )
     settings = {

@@ -1,4 +1,5 @@
-"""Agent as a service: many users, many sessions, many processes, on Redis or PostgreSQL.
+"""Agent as a service: many users, many sessions, many processes, on Redis, PostgreSQL or
+(one machine) SQLite.
 
 :func:`create_app` builds an ASGI (FastAPI) app around an agent factory; serve it with
 ``mnemoscope serve module:factory`` or any ASGI server. See ``docs/service.md``.
@@ -20,9 +21,9 @@ from mnemoscope.service._events import (
     ReplyFailedEvent,
     ServiceEvent,
 )
+from mnemoscope.service._memory_store import InMemoryServiceStore
 from mnemoscope.service._mount import MountFactory, ServiceMount
 from mnemoscope.service._store import (
-    InMemoryServiceStore,
     ReplyInfo,
     ServiceStoreBase,
     SessionInfo,
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from mnemoscope.service._asgi import ENV_PREFIX, app_from_env
     from mnemoscope.service._pg_store import PostgresServiceStore
     from mnemoscope.service._redis_store import RedisServiceStore
+    from mnemoscope.service._sqlite_store import SQLiteServiceStore
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
@@ -44,6 +46,7 @@ __getattr__, __dir__ = lazy_exports(
         "create_app": "mnemoscope.service._app",
         "PostgresServiceStore": "mnemoscope.service._pg_store",
         "RedisServiceStore": "mnemoscope.service._redis_store",
+        "SQLiteServiceStore": "mnemoscope.service._sqlite_store",
     },
 )
 
@@ -58,6 +61,7 @@ __all__ = [
     "ReplyCancelledEvent",
     "ReplyFailedEvent",
     "ReplyInfo",
+    "SQLiteServiceStore",
     "ServiceEvent",
     "ServiceMount",
     "ServiceStoreBase",

@@ -44,18 +44,18 @@ from mnemoscope._optional import require
 from mnemoscope.errors import ServiceStoreError, UserError
 from mnemoscope.memory import StoredMsg
 from mnemoscope.service._auth import make_authenticator
-from mnemoscope.service._events import SSE_KEEPALIVE, ServiceEvent, sse_frame
+from mnemoscope.service._events import ServiceEvent
 from mnemoscope.service._mount import MountFactory, ServiceMount
 from mnemoscope.service._service import (
-    BUSY_POLICIES,
     AgentFactory,
     AgentService,
-    BusyPolicy,
     SessionBusyError,
     SessionNotFoundError,
     ShuttingDownError,
     load_factory,
 )
+from mnemoscope.service._settings import BUSY_POLICIES, BusyPolicy, ServiceSettings
+from mnemoscope.service._sse import EventStreamResponse
 from mnemoscope.service._store import ReplyInfo, ServiceStoreBase, SessionInfo, store_from_url
 
 fastapi = require("fastapi", extra="service", feature="mnemoscope.service")
@@ -68,9 +68,6 @@ from pydantic import BaseModel, Field, TypeAdapter  # noqa: E402
 
 ID_PATTERN = r"^[A-Za-z0-9_.\-]{1,128}$"
 """Session and reply ids: 1-128 letters, digits, ``_``, ``.`` or ``-``."""
-
-KEEPALIVE_EVERY = 15.0
-"""Seconds between SSE keep-alive comments while a reply is silent."""
 
 
 class SessionCreate(BaseModel):
@@ -231,11 +228,7 @@ def create_app(
     service = AgentService(
         factory,
         the_store,
-        busy_policy=busy_policy,
-        lock_ttl=lock_ttl,
-        poll_interval=poll_interval,
-        queue_timeout=queue_timeout,
-        shutdown_deadline=shutdown_deadline,
+        ServiceSettings(busy_policy, lock_ttl, poll_interval, queue_timeout, shutdown_deadline),
     )
 
     @asynccontextmanager
@@ -355,24 +348,13 @@ def create_app(
 
     # ----------------------------------------------------------------- replies
     def _sse(user: str, sid: str, rid: str, after: int) -> StreamingResponse:
-        async def frames() -> AsyncIterator[bytes]:
-            loop = asyncio.get_running_loop()
-            quiet_since = loop.time()
-            async for batch in service.events(user, sid, rid, after):
-                if batch:  # one write for every event that is there
-                    quiet_since = loop.time()
-                    yield b"".join(sse_frame(e.seq, e.type, e.data) for e in batch)
-                elif loop.time() - quiet_since >= KEEPALIVE_EVERY:
-                    quiet_since = loop.time()
-                    yield SSE_KEEPALIVE
-
         headers = {
             "Cache-Control": "no-cache",
             "X-Accel-Buffering": "no",  # nginx: do not buffer the stream
             "X-Reply-Id": rid,
             "Location": f"/v1/sessions/{sid}/replies/{rid}",
         }
-        return StreamingResponse(frames(), media_type="text/event-stream", headers=headers)
+        return EventStreamResponse(service.events(user, sid, rid, after), headers)
 
     @app.post(
         "/v1/sessions/{session_id}/messages",

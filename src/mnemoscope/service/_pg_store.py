@@ -21,7 +21,13 @@ table                  holds
 Every statement filters by ``user_id`` and ``session_id``. An append is one statement
 that checks the lease token, inserts the events and moves ``last_seq`` (so it is atomic
 and harmless to repeat), and notifies ``LISTEN <p>_events`` so readers in other
-processes wake at once; readers also poll, so a lost notification only delays them.
+processes wake at once; readers also poll, so a lost notification only delays them. The
+``LISTEN`` connection is re-opened when it drops (a server restart, a terminated backend),
+after ``LISTEN_RETRY`` seconds, doubling; waiting readers then read again.
+
+A session that is free and has no reply left running is taken with its new reply in one
+statement; pooled connections are not reset after each call (this store leaves no session
+state on them), so most calls are one round trip.
 """
 
 from __future__ import annotations
@@ -34,57 +40,19 @@ from typing import Any
 from mnemoscope._optional import require
 from mnemoscope._redact import redact_text
 from mnemoscope.errors import ServiceStoreError, UserError
-from mnemoscope.service._store import (
-    Acquired,
-    AcquireResult,
-    AppendResult,
-    Busy,
-    NoSession,
-    ReplyInfo,
-    ReplyStatus,
-    ServiceStoreBase,
-    SessionInfo,
-    StoredEvent,
-    retry_once_if_dropped,
-)
+from mnemoscope.service import _store as st
+from mnemoscope.service._sql_store import SQL_TABLES, SQLStoreBase
+from mnemoscope.service._store import AppendResult, ReplyStatus, StoredEvent
 
 asyncpg = require("asyncpg", extra="sql", feature="PostgresServiceStore")
 
-_DDL = """
+_DDL = (
+    """
 CREATE SEQUENCE IF NOT EXISTS {p}_fence;
-CREATE TABLE IF NOT EXISTS {p}_sessions (
-    user_id text NOT NULL,
-    session_id text NOT NULL,
-    created_at double precision NOT NULL,
-    title text NOT NULL DEFAULT '',
-    lock_token bigint,
-    lock_expires timestamptz,
-    running_reply text,
-    PRIMARY KEY (user_id, session_id)
-);
-CREATE TABLE IF NOT EXISTS {p}_replies (
-    user_id text NOT NULL,
-    session_id text NOT NULL,
-    reply_id text NOT NULL,
-    status text NOT NULL,
-    token bigint NOT NULL,
-    created_at double precision NOT NULL,
-    last_seq integer NOT NULL DEFAULT 0,
-    cancel boolean NOT NULL DEFAULT false,
-    PRIMARY KEY (user_id, session_id, reply_id),
-    FOREIGN KEY (user_id, session_id) REFERENCES {p}_sessions ON DELETE CASCADE
-);
-CREATE TABLE IF NOT EXISTS {p}_events (
-    user_id text NOT NULL,
-    session_id text NOT NULL,
-    reply_id text NOT NULL,
-    seq integer NOT NULL,
-    type text NOT NULL,
-    data text NOT NULL,
-    PRIMARY KEY (user_id, session_id, reply_id, seq),
-    FOREIGN KEY (user_id, session_id, reply_id) REFERENCES {p}_replies ON DELETE CASCADE
-);
 """
+    + SQL_TABLES
+)
+
 
 _ACQUIRE = """
 UPDATE {p}_sessions
@@ -94,6 +62,25 @@ WHERE user_id = $1 AND session_id = $2
   AND (lock_token IS NULL OR lock_expires <= clock_timestamp())
 RETURNING lock_token, running_reply
 """
+
+_ACQUIRE_AND_START = """
+WITH s AS (
+    UPDATE {p}_sessions
+    SET lock_token = nextval('{p}_fence'),
+        lock_expires = clock_timestamp() + $3 * interval '1 millisecond',
+        running_reply = $4
+    WHERE user_id = $1 AND session_id = $2 AND running_reply IS NULL
+      AND (lock_token IS NULL OR lock_expires <= clock_timestamp())
+    RETURNING lock_token
+), r AS (
+    INSERT INTO {p}_replies (user_id, session_id, reply_id, status, token, created_at)
+    SELECT $1, $2, $4, 'running', s.lock_token, $5 FROM s
+    RETURNING 1
+)
+SELECT lock_token FROM s
+"""
+"""The common case of an acquire with a reply in one statement: the session is free and no
+reply was left running (otherwise the acquire runs as a transaction of several steps)."""
 
 _RECOVER = """
 WITH r AS (
@@ -162,11 +149,12 @@ SELECT r.last_seq, r.cancel, EXISTS (SELECT 1 FROM ok) AS wrote,
 FROM r
 """
 
-_CANCEL = """
-UPDATE {p}_replies SET cancel = (status = 'running')
-WHERE user_id = $1 AND session_id = $2 AND reply_id = $3
-RETURNING reply_id, status, created_at, last_seq, cancel
-"""
+LISTEN_RETRY = (0.1, 5.0)
+"""Seconds before the first try to re-open a dropped ``LISTEN`` connection, and the most
+between later tries (the wait doubles)."""
+
+LISTEN_CHECK_EVERY = 30.0
+"""Seconds between checks that the ``LISTEN`` connection still answers."""
 
 _RETRYABLE: tuple[type[BaseException], ...] = (
     OSError,
@@ -176,7 +164,7 @@ _RETRYABLE: tuple[type[BaseException], ...] = (
 )
 
 
-class PostgresServiceStore(ServiceStoreBase):
+class PostgresServiceStore(SQLStoreBase):
     """Sessions, reply logs and fenced session leases in PostgreSQL (see module docstring).
 
     Args:
@@ -186,38 +174,39 @@ class PostgresServiceStore(ServiceStoreBase):
         pool_size: most connections this process opens (plus one for ``LISTEN``).
     """
 
+    server_name = "PostgreSQL"
+    dropped_errors = _RETRYABLE
+    driver_errors = (asyncpg.PostgresError,)
+
     def __init__(self, url: str, *, table_prefix: str = "mnemoscope_svc", pool_size: int = 20):
-        if not table_prefix.isidentifier():
-            raise UserError(
-                f"PostgresServiceStore: table_prefix must be an identifier, got {table_prefix!r}"
-            )
+        self._set_prefix(table_prefix)
         scheme, rest = url.split("://", 1)
         if scheme not in ("postgresql", "postgres", "postgresql+asyncpg"):
             raise UserError(f"PostgresServiceStore needs a postgresql:// URL, got {scheme}://")
         self.url = url
         self.dsn = "postgresql://" + rest
-        self.table_prefix = table_prefix
         self.pool_size = pool_size
         self.channel = f"{table_prefix}_events"
         self._pool: Any = None
         self._listener: Any = None
+        self._listening: asyncio.Task[None] | None = None
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._sql = {
             name: sql.format(p=table_prefix)
             for name, sql in {
                 "acquire": _ACQUIRE,
+                "acquire_and_start": _ACQUIRE_AND_START,
                 "recover": _RECOVER,
                 "heartbeat": _HEARTBEAT,
                 "start": _START,
                 "append": _APPEND,
-                "cancel": _CANCEL,
             }.items()
         }
 
     # ------------------------------------------------------------------ plumbing
     @property
     def url_safe(self) -> str:
-        """The URL to show: password and secret query values (``?password=``) masked."""
+        """The URL asyncpg connects to, secrets masked."""
         return redact_text(self.dsn)
 
     async def open(self) -> None:
@@ -225,27 +214,89 @@ class PostgresServiceStore(ServiceStoreBase):
             return
         try:
             self._pool = await asyncpg.create_pool(
-                self.dsn, min_size=1, max_size=self.pool_size, command_timeout=30
+                self.dsn,
+                min_size=1,
+                max_size=self.pool_size,
+                command_timeout=30,
+                reset=_rollback_if_in_transaction,
             )
             async with self._pool.acquire() as conn, conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", self.channel)
                 await conn.execute(_DDL.format(p=self.table_prefix))
         except (*_RETRYABLE, asyncpg.PostgresError) as exc:
             raise ServiceStoreError(f"PostgreSQL at {self.url_safe}: cannot open: {exc}") from exc
-        await self._listen()
+        dropped = await self._listen()
+        self._listening = asyncio.create_task(
+            self._keep_listening(dropped), name=f"{self.channel}-listen"
+        )
 
-    async def _listen(self) -> None:
+    @property
+    def listening(self) -> bool:
+        """The ``LISTEN`` connection is up: readers in this process wake on appends made
+        anywhere at once (while it is down they poll)."""
+        return self._listener is not None and not self._listener.is_closed()
+
+    async def _listen(self) -> asyncio.Event | None:
+        """Open the ``LISTEN`` connection; an event set when it drops, or ``None`` when it
+        could not be opened."""
         try:
-            self._listener = await asyncpg.connect(self.dsn)
-            await self._listener.add_listener(self.channel, self._notified)
+            conn = await asyncpg.connect(self.dsn)
         except (*_RETRYABLE, asyncpg.PostgresError):
-            self._listener = None  # readers poll until it is back
+            return None
+        dropped = asyncio.Event()
+        conn.add_termination_listener(lambda _conn: dropped.set())
+        try:
+            await conn.add_listener(self.channel, self._notified)
+        except (*_RETRYABLE, asyncpg.PostgresError):
+            conn.terminate()
+            return None
+        self._listener = conn
+        # what was notified while it was down is lost: every waiting reader reads again
+        for waiters in self._waiters.values():
+            for ev in waiters:
+                ev.set()
+        return dropped
+
+    async def _keep_listening(self, dropped: asyncio.Event | None) -> None:
+        """Re-open the ``LISTEN`` connection whenever it drops (the server restarted, the
+        backend was terminated), waiting ``LISTEN_RETRY`` seconds, doubling, between tries;
+        a connection that stops answering ``SELECT 1`` counts as dropped."""
+        delay = LISTEN_RETRY[0]
+        while self._listening is not None:
+            if dropped is None:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, LISTEN_RETRY[1])
+            else:
+                delay = LISTEN_RETRY[0]
+                while not dropped.is_set():
+                    try:
+                        await asyncio.wait_for(dropped.wait(), LISTEN_CHECK_EVERY)
+                    except TimeoutError:
+                        await self._check_listener()
+                if self._listener is not None:
+                    self._listener.terminate()
+                    self._listener = None
+            dropped = await self._listen()
+
+    async def _check_listener(self) -> None:
+        conn = self._listener
+        try:
+            await conn.fetchval("SELECT 1", timeout=LISTEN_CHECK_EVERY / 2)
+        except (*_RETRYABLE, asyncpg.PostgresError, TimeoutError):
+            conn.terminate()  # its termination listener sets ``dropped``
 
     def _notified(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         for ev in self._waiters.get(payload, ()):
             ev.set()
 
     async def aclose(self) -> None:
+        if self._listening is not None:
+            task, self._listening = self._listening, None
+            # a cancel that lands as asyncpg's connect fails can be swallowed by the
+            # driver's own timeout handling: cancel until the task is done
+            while not task.done():
+                task.cancel()
+                await asyncio.wait({task}, timeout=0.1)
         if self._listener is not None:
             self._listener.terminate()
             self._listener = None
@@ -261,49 +312,15 @@ class PostgresServiceStore(ServiceStoreBase):
             async with self._pool.acquire() as conn:
                 return await op(conn)
 
-        return await retry_once_if_dropped(
-            on_a_connection,
-            server=f"PostgreSQL at {self.url_safe}",
-            what=what,
-            retry=retry,
-            dropped=_RETRYABLE,
-            failed=(asyncpg.PostgresError,),
-        )
+        return await self._call(what, on_a_connection, retry=retry)
 
-    def _t(self, name: str) -> str:
-        return f"{self.table_prefix}_{name}"
+    async def _rows(self, what: str, sql: str, *args: Any) -> list[Any]:
+        return list(await self._do(what, lambda c: c.fetch(sql, *args)))
 
     async def ping(self) -> None:
         await self._do("answer SELECT 1", lambda c: c.fetchval("SELECT 1"))
 
     # ------------------------------------------------------------------ sessions
-    async def create_session(self, user_id: str, session_id: str, title: str) -> SessionInfo | None:
-        now = time.time()
-        sql = (
-            f"INSERT INTO {self._t('sessions')} (user_id, session_id, created_at, title) "
-            "VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING 1"
-        )
-        done = await self._do(
-            "create a session", lambda c: c.fetchval(sql, user_id, session_id, now, title)
-        )
-        return SessionInfo(user_id, session_id, now, title) if done else None
-
-    async def list_sessions(self, user_id: str) -> list[SessionInfo]:
-        sql = (
-            f"SELECT session_id, created_at, title FROM {self._t('sessions')} "
-            "WHERE user_id = $1 ORDER BY created_at, session_id"
-        )
-        rows = await self._do("list sessions", lambda c: c.fetch(sql, user_id))
-        return [SessionInfo(user_id, r[0], r[1], r[2]) for r in rows]
-
-    async def get_session(self, user_id: str, session_id: str) -> SessionInfo | None:
-        sql = (
-            f"SELECT created_at, title FROM {self._t('sessions')} "
-            "WHERE user_id = $1 AND session_id = $2"
-        )
-        row = await self._do("read a session", lambda c: c.fetchrow(sql, user_id, session_id))
-        return SessionInfo(user_id, session_id, row[0], row[1]) if row else None
-
     async def delete_session(self, user_id: str, session_id: str, token: int) -> bool:
         sql = (
             f"DELETE FROM {self._t('sessions')} "
@@ -315,17 +332,19 @@ class PostgresServiceStore(ServiceStoreBase):
         return bool(done)
 
     # ---------------------------------------------------------------------- lock
-    async def acquire(
-        self,
-        user_id: str,
-        session_id: str,
-        ttl: float,
-        failed_event: str,
-        reply_id: str | None = None,
-    ) -> AcquireResult:
+    async def _acquire(
+        self, key: st.SessionKey, ttl: float, failed_event: str, reply_id: str | None
+    ) -> st.AcquireResult:
+        user_id, session_id = key.user_id, key.session_id
         ms = max(1, int(ttl * 1000))
 
-        async def op(conn: Any) -> AcquireResult:
+        async def op(conn: Any) -> st.AcquireResult:
+            if reply_id is not None:
+                token = await conn.fetchval(
+                    self._sql["acquire_and_start"], user_id, session_id, ms, reply_id, time.time()
+                )
+                if token is not None:
+                    return st.Acquired(int(token), None)
             async with conn.transaction():
                 row = await conn.fetchrow(self._sql["acquire"], user_id, session_id, ms)
                 if row is None:
@@ -335,7 +354,7 @@ class PostgresServiceStore(ServiceStoreBase):
                         user_id,
                         session_id,
                     )
-                    return NoSession() if held is None else Busy(held[0])
+                    return st.NoSession() if held is None else st.Busy(held[0])
                 token, running = int(row[0]), row[1]
                 if running is not None:
                     await conn.fetchrow(
@@ -351,34 +370,22 @@ class PostgresServiceStore(ServiceStoreBase):
                     await conn.fetchval(
                         self._sql["start"], user_id, session_id, reply_id, token, time.time()
                     )
-                return Acquired(token, running)
+                return st.Acquired(token, running)
 
         # not repeated: a retry after a lost answer would find our own lease and say busy
-        result: AcquireResult = await self._do("take a session lock", op, retry=False)
+        result: st.AcquireResult = await self._do("take a session lock", op, retry=False)
         return result
 
-    async def heartbeat(
-        self, user_id: str, session_id: str, token: int, ttl: float, reply_id: str | None
+    async def _heartbeat(
+        self, key: st.SessionKey, token: int, ttl: float, reply_id: str | None
     ) -> AppendResult:
-        ms = max(1, int(ttl * 1000))
+        args = (key.user_id, key.session_id, token, max(1, int(ttl * 1000)), reply_id or "")
         row = await self._do(
-            "renew a session lock",
-            lambda c: c.fetchrow(
-                self._sql["heartbeat"], user_id, session_id, token, ms, reply_id or ""
-            ),
+            "renew a session lock", lambda c: c.fetchrow(self._sql["heartbeat"], *args)
         )
         if row is None:
             return AppendResult(fenced=True)
         return AppendResult(cancel_requested=bool(row[0]))
-
-    async def release(self, user_id: str, session_id: str, token: int) -> None:
-        sql = (
-            f"UPDATE {self._t('sessions')} SET lock_token = NULL, lock_expires = NULL "
-            "WHERE user_id = $1 AND session_id = $2 AND lock_token = $3"
-        )
-        await self._do(
-            "release a session lock", lambda c: c.execute(sql, user_id, session_id, token)
-        )
 
     async def lock_token(self, user_id: str, session_id: str) -> int | None:
         sql = (
@@ -399,28 +406,22 @@ class PostgresServiceStore(ServiceStoreBase):
         )
         return bool(done)
 
-    async def append(
-        self,
-        user_id: str,
-        session_id: str,
-        reply_id: str,
-        token: int,
-        events: list[StoredEvent],
-        final_status: ReplyStatus | None = None,
+    async def _append(
+        self, key: st.ReplyKey, token: int, events: list[StoredEvent], final: ReplyStatus | None
     ) -> AppendResult:
         args = (
-            user_id,
-            session_id,
-            reply_id,
+            key.user_id,
+            key.session_id,
+            key.reply_id,
             token,
             events[0].seq,
             [e.seq for e in events],
             [e.type for e in events],
             [e.data for e in events],
             events[-1].seq,
-            final_status,
+            final,
             self.channel,
-            _key(user_id, session_id, reply_id),
+            _key(key.user_id, key.session_id, key.reply_id),
         )
         row = await self._do(
             "append reply events", lambda c: c.fetchrow(self._sql["append"], *args)
@@ -432,64 +433,36 @@ class PostgresServiceStore(ServiceStoreBase):
             return AppendResult(fenced=True)
         return AppendResult(cancel_requested=bool(cancel))
 
-    async def request_cancel(
-        self, user_id: str, session_id: str, reply_id: str
-    ) -> ReplyInfo | None:
-        row = await self._do(
-            "cancel a reply",
-            lambda c: c.fetchrow(self._sql["cancel"], user_id, session_id, reply_id),
-        )
-        return ReplyInfo(row[0], row[1], row[2], row[3], row[4]) if row else None
-
-    async def get_reply(self, user_id: str, session_id: str, reply_id: str) -> ReplyInfo | None:
-        sql = (
-            f"SELECT reply_id, status, created_at, last_seq, cancel FROM {self._t('replies')} "
-            "WHERE user_id = $1 AND session_id = $2 AND reply_id = $3"
-        )
-        row = await self._do(
-            "read a reply", lambda c: c.fetchrow(sql, user_id, session_id, reply_id)
-        )
-        return ReplyInfo(row[0], row[1], row[2], row[3], row[4]) if row else None
-
-    async def list_replies(self, user_id: str, session_id: str) -> list[ReplyInfo]:
-        sql = (
-            f"SELECT reply_id, status, created_at, last_seq, cancel FROM {self._t('replies')} "
-            "WHERE user_id = $1 AND session_id = $2 ORDER BY created_at, reply_id"
-        )
-        rows = await self._do("list replies", lambda c: c.fetch(sql, user_id, session_id))
-        return [ReplyInfo(r[0], r[1], r[2], r[3], r[4]) for r in rows]
-
     async def read_events(
         self, user_id: str, session_id: str, reply_id: str, after: int, wait: float
     ) -> list[StoredEvent]:
-        sql = (
-            f"SELECT seq, type, data FROM {self._t('events')} "
-            "WHERE user_id = $1 AND session_id = $2 AND reply_id = $3 AND seq > $4 ORDER BY seq"
-        )
         key = _key(user_id, session_id, reply_id)
         woken = asyncio.Event()
         if wait > 0:  # registered before the read, so a notification in between is not lost
             self._waiters.setdefault(key, set()).add(woken)
         try:
-            rows = await self._do(
-                "read reply events", lambda c: c.fetch(sql, user_id, session_id, reply_id, after)
-            )
-            if not rows and wait > 0:
+            found = await self._events_after(user_id, session_id, reply_id, after)
+            if not found and wait > 0:
                 try:
                     await asyncio.wait_for(woken.wait(), wait)
                 except TimeoutError:
                     return []
-                rows = await self._do(
-                    "read reply events",
-                    lambda c: c.fetch(sql, user_id, session_id, reply_id, after),
-                )
+                found = await self._events_after(user_id, session_id, reply_id, after)
         finally:
             waiters = self._waiters.get(key)
             if waiters is not None:
                 waiters.discard(woken)
                 if not waiters:
                     del self._waiters[key]
-        return [StoredEvent(r[0], r[1], r[2]) for r in rows]
+        return found
+
+
+async def _rollback_if_in_transaction(conn: Any) -> None:
+    """The pool's reset of a released connection: this store leaves no session state on
+    a pooled connection (no LISTEN, no session advisory lock, no SET), so the default reset
+    (a round trip of ``RESET ALL``, ``UNLISTEN *``, ...) after every call is not needed."""
+    if conn.is_in_transaction():
+        await conn.execute("ROLLBACK")
 
 
 def _key(user_id: str, session_id: str, reply_id: str) -> str:

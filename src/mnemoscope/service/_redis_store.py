@@ -37,20 +37,8 @@ import time
 from typing import Any
 
 from mnemoscope._optional import require
-from mnemoscope._redact import redact_text
-from mnemoscope.service._store import (
-    Acquired,
-    AcquireResult,
-    AppendResult,
-    Busy,
-    NoSession,
-    ReplyInfo,
-    ReplyStatus,
-    ServiceStoreBase,
-    SessionInfo,
-    StoredEvent,
-    retry_once_if_dropped,
-)
+from mnemoscope.service import _store as st
+from mnemoscope.service._store import AppendResult, ReplyInfo, ReplyStatus, SessionInfo, StoredEvent
 
 redis_asyncio = require("redis.asyncio", extra="redis", feature="RedisServiceStore")
 
@@ -58,7 +46,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: E4
 from redis.exceptions import RedisError  # noqa: E402
 from redis.exceptions import TimeoutError as RedisTimeoutError  # noqa: E402
 
-_ACQUIRE = """
+_SCRIPTS = {
+    "acquire": """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-2, ''} end
 if redis.call('EXISTS', KEYS[2]) == 1 then return {-1, redis.call('GET', KEYS[4]) or ''} end
 local token = redis.call('INCR', KEYS[3])
@@ -78,30 +67,26 @@ if ARGV[5] ~= '' then
   redis.call('SET', KEYS[4], ARGV[5])
 end
 return {token, running or ''}
-"""
-
-_HEARTBEAT = """
+""",
+    "heartbeat": """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {1, 0} end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if redis.call('HGET', KEYS[2], 'cancel') == '1' then return {0, 1} end
 return {0, 0}
-"""
-
-_RELEASE = """
+""",
+    "release": """
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return 0
-"""
-
-_START = """
+""",
+    "start": """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[3], 'status', 'running', 'token', ARGV[1], 'created_at', ARGV[3],
            'last_seq', 0, 'cancel', 0)
 redis.call('ZADD', KEYS[4], ARGV[3], ARGV[2])
 redis.call('SET', KEYS[2], ARGV[2])
 return 1
-"""
-
-_APPEND = """
+""",
+    "append": """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('HGET', KEYS[2], 'token') ~= ARGV[1] then
   return {1, 0}
 end
@@ -123,17 +108,15 @@ else
   redis.call('HSET', KEYS[2], 'last_seq', final)
 end
 return {0, cancel}
-"""
-
-_CANCEL = """
+""",
+    "cancel": """
 if redis.call('EXISTS', KEYS[1]) == 0 then return nil end
 if redis.call('HGET', KEYS[1], 'status') == 'running' then
   redis.call('HSET', KEYS[1], 'cancel', 1)
 end
 return redis.call('HGETALL', KEYS[1])
-"""
-
-_DELETE = """
+""",
+    "delete": """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 local replies = redis.call('ZRANGE', KEYS[2], 0, -1)
 for _, r in ipairs(replies) do
@@ -145,14 +128,16 @@ redis.call('ZREM', KEYS[5], ARGV[4])
 -- delete finds higher tokens if the session is created again
 redis.call('EXPIRE', KEYS[6], 86400)
 return 1
-"""
+""",
+}
+"""The Lua scripts: each step on a session is one of them, atomic."""
 
 
 def _escape(part: str) -> str:
     return part.replace("%", "%25").replace(":", "%3A").replace("{", "%7B").replace("}", "%7D")
 
 
-class RedisServiceStore(ServiceStoreBase):
+class RedisServiceStore(st.ServerStoreBase):
     """Sessions, reply logs (Streams) and fenced session locks on Redis.
 
     Args:
@@ -163,6 +148,10 @@ class RedisServiceStore(ServiceStoreBase):
             holds one connection).
     """
 
+    server_name = "Redis"
+    dropped_errors = (RedisConnectionError, RedisTimeoutError)
+    driver_errors = (RedisError,)
+
     def __init__(self, url: str, *, key_prefix: str = "mnemoscope:svc", **redis_kwargs: Any):
         self.url = url
         self.key_prefix = key_prefix
@@ -172,14 +161,7 @@ class RedisServiceStore(ServiceStoreBase):
         redis_kwargs.setdefault("max_connections", 2000)
         redis_kwargs.setdefault("health_check_interval", 30)
         self.client = redis_asyncio.Redis.from_url(url, **redis_kwargs)
-        reg = self.client.register_script
-        self._acquire = reg(_ACQUIRE)
-        self._heartbeat = reg(_HEARTBEAT)
-        self._release = reg(_RELEASE)
-        self._start = reg(_START)
-        self._append = reg(_APPEND)
-        self._cancel = reg(_CANCEL)
-        self._delete = reg(_DELETE)
+        self._scripts = {name: self.client.register_script(lua) for name, lua in _SCRIPTS.items()}
 
     # ------------------------------------------------------------------ plumbing
     def _base(self, user_id: str, session_id: str) -> str:
@@ -189,16 +171,14 @@ class RedisServiceStore(ServiceStoreBase):
         return f"{self.key_prefix}:user:{{{_escape(user_id)}}}:sessions"
 
     async def _do(self, what: str, op: Any, *, retry: bool = True) -> Any:
-        """Run ``op()``; a dropped connection is retried once when ``retry`` (the call is
-        harmless to repeat), then reported as :class:`ServiceStoreError`."""
-        return await retry_once_if_dropped(
-            op,
-            server=f"Redis at {self.url_safe}",
-            what=what,
-            retry=retry,
-            dropped=(RedisConnectionError, RedisTimeoutError),
-            failed=(RedisError,),
-        )
+        return await self._call(what, op, retry=retry)
+
+    async def _script(
+        self, what: str, name: str, keys: list[str], args: list[Any], *, retry: bool = True
+    ) -> Any:
+        """Run one of :data:`_SCRIPTS` (a dropped connection retried once when ``retry``)."""
+        script = self._scripts[name]
+        return await self._call(what, lambda: script(keys=keys, args=args), retry=retry)
 
     async def _hgetall_each(self, what: str, keys: list[str]) -> list[dict[str, str]]:
         """``HGETALL`` of every key in one round trip (a pipeline, not a transaction), in
@@ -214,11 +194,6 @@ class RedisServiceStore(ServiceStoreBase):
 
         result: list[dict[str, str]] = await self._do(what, op)
         return result
-
-    @property
-    def url_safe(self) -> str:
-        """The URL to show: password and secret query values (``?password=``) masked."""
-        return redact_text(self.url)
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -263,47 +238,39 @@ class RedisServiceStore(ServiceStoreBase):
         keys = [f"{base}:lock", f"{base}:replies", f"{base}:session", f"{base}:running"]
         keys += [self._index(user_id), f"{base}:fence"]
         args = [token, f"{base}:reply:", f"{base}:events:", session_id]
-        done = await self._do("delete a session", lambda: self._delete(keys=keys, args=args))
+        done = await self._script("delete a session", "delete", keys, args)
         return bool(done)
 
     # ---------------------------------------------------------------------- lock
-    async def acquire(
-        self,
-        user_id: str,
-        session_id: str,
-        ttl: float,
-        failed_event: str,
-        reply_id: str | None = None,
-    ) -> AcquireResult:
-        base = self._base(user_id, session_id)
+    async def _acquire(
+        self, key: st.SessionKey, ttl: float, failed_event: str, reply_id: str | None
+    ) -> st.AcquireResult:
+        base = self._base(key.user_id, key.session_id)
         keys = [f"{base}:session", f"{base}:lock", f"{base}:fence", f"{base}:running"]
         keys.append(f"{base}:replies")
-        args = [max(1, int(ttl * 1000)), failed_event, f"{base}:reply:", f"{base}:events:"]
+        args = [_ms(ttl), failed_event, f"{base}:reply:", f"{base}:events:"]
         args += [reply_id or "", repr(time.time())]
         # not repeated: a retry after a lost answer would find our own lock and say busy
-        code, reply = await self._do(
-            "take a session lock", lambda: self._acquire(keys=keys, args=args), retry=False
-        )
+        code, reply = await self._script("take a session lock", "acquire", keys, args, retry=False)
         if code == -2:
-            return NoSession()
+            return st.NoSession()
         if code == -1:
-            return Busy(reply or None)
-        return Acquired(int(code), reply or None)
+            return st.Busy(reply or None)
+        return st.Acquired(int(code), reply or None)
 
-    async def heartbeat(
-        self, user_id: str, session_id: str, token: int, ttl: float, reply_id: str | None
+    async def _heartbeat(
+        self, key: st.SessionKey, token: int, ttl: float, reply_id: str | None
     ) -> AppendResult:
-        base = self._base(user_id, session_id)
+        base = self._base(key.user_id, key.session_id)
         keys = [f"{base}:lock", f"{base}:reply:{reply_id or ''}"]
-        args = [token, max(1, int(ttl * 1000))]
-        fenced, cancel = await self._do(
-            "renew a session lock", lambda: self._heartbeat(keys=keys, args=args)
+        fenced, cancel = await self._script(
+            "renew a session lock", "heartbeat", keys, [token, _ms(ttl)]
         )
         return AppendResult(fenced=bool(fenced), cancel_requested=bool(cancel))
 
     async def release(self, user_id: str, session_id: str, token: int) -> None:
         keys = [self._base(user_id, session_id) + ":lock"]
-        await self._do("release a session lock", lambda: self._release(keys=keys, args=[token]))
+        await self._script("release a session lock", "release", keys, [token])
 
     async def lock_token(self, user_id: str, session_id: str) -> int | None:
         key = self._base(user_id, session_id) + ":lock"
@@ -315,37 +282,24 @@ class RedisServiceStore(ServiceStoreBase):
         base = self._base(user_id, session_id)
         keys = [f"{base}:lock", f"{base}:running", f"{base}:reply:{reply_id}", f"{base}:replies"]
         args = [token, reply_id, repr(time.time())]
-        return bool(await self._do("start a reply", lambda: self._start(keys=keys, args=args)))
+        return bool(await self._script("start a reply", "start", keys, args))
 
-    async def append(
-        self,
-        user_id: str,
-        session_id: str,
-        reply_id: str,
-        token: int,
-        events: list[StoredEvent],
-        final_status: ReplyStatus | None = None,
+    async def _append(
+        self, key: st.ReplyKey, token: int, events: list[StoredEvent], final: ReplyStatus | None
     ) -> AppendResult:
-        base = self._base(user_id, session_id)
-        keys = [
-            f"{base}:lock",
-            f"{base}:reply:{reply_id}",
-            f"{base}:events:{reply_id}",
-            f"{base}:running",
-        ]
-        args: list[Any] = [token, final_status or "", reply_id, events[0].seq]
+        base, rid = self._base(key.user_id, key.session_id), key.reply_id
+        keys = [f"{base}:lock", f"{base}:reply:{rid}", f"{base}:events:{rid}", f"{base}:running"]
+        args: list[Any] = [token, final or "", rid, events[0].seq]
         for e in events:
             args += [e.type, e.data]
-        fenced, cancel = await self._do(
-            "append reply events", lambda: self._append(keys=keys, args=args)
-        )
+        fenced, cancel = await self._script("append reply events", "append", keys, args)
         return AppendResult(fenced=bool(fenced), cancel_requested=bool(cancel))
 
     async def request_cancel(
         self, user_id: str, session_id: str, reply_id: str
     ) -> ReplyInfo | None:
         keys = [self._base(user_id, session_id) + f":reply:{reply_id}"]
-        flat = await self._do("cancel a reply", lambda: self._cancel(keys=keys, args=[]))
+        flat = await self._script("cancel a reply", "cancel", keys, [])
         if not flat:
             return None
         return _reply_info(reply_id, dict(zip(flat[::2], flat[1::2], strict=True)))
@@ -380,6 +334,10 @@ class RedisServiceStore(ServiceStoreBase):
             StoredEvent(int(entry_id.split("-", 1)[1]), fields["type"], fields["data"])
             for entry_id, fields in entries
         ]
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
 
 
 def _session_info(user_id: str, session_id: str, data: dict[str, str]) -> SessionInfo:

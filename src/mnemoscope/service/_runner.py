@@ -1,8 +1,10 @@
 """One reply running in this process: drives the agent, writes its events to the store.
 
 The agent never waits for the store: its events go to a queue that one writer task
-appends in batches (one round trip for what the agent produced in the last
-``FLUSH_WINDOW`` seconds; the terminal event at once). Readers in this
+appends in batches: a burst of events (each within ``FLUSH_WINDOW`` of the last, for at most
+``FLUSH_MAX``) is one round trip, and the terminal event is written at once with whatever
+is pending. A plain reply (``reply_start``, ``reasoning_start`` and ``context`` a few
+milliseconds apart, then the model's answer with ``reply_end``) is two appends. Readers in this
 process follow the events the store has acknowledged, straight from memory; readers in
 other processes read the store. Either way a reader sees each stored event once, in order.
 
@@ -25,38 +27,33 @@ from mnemoscope.service._events import (
     ReplyCancelledEvent,
     ReplyFailedEvent,
 )
-from mnemoscope.service._store import ReplyStatus, ServiceStoreBase, StoredEvent
+from mnemoscope.service._settings import ServiceSettings
+from mnemoscope.service._store import ReplyKey, ReplyStatus, ServiceStoreBase, StoredEvent
 
 logger = logging.getLogger("mnemoscope.service")
 
 StreamFactory = Callable[[], Awaitable[AsyncIterator[Any]]]
 
-FLUSH_WINDOW = 0.003
-"""Seconds the writer waits for more events before a round trip (never for the last one):
-a model streaming many deltas a second costs a few store writes a second, not one each."""
+FLUSH_WINDOW = 0.005
+"""Seconds of quiet after an event before the writer stores what is pending (never waited
+for the terminal event): a model streaming many deltas a second costs a few store writes a
+second, not one each."""
+
+FLUSH_MAX = 0.02
+"""Most seconds an event waits in a burst that does not stop."""
 
 
 class ReplyRunner:
     """A running reply (see module docstring)."""
 
     def __init__(
-        self,
-        store: ServiceStoreBase,
-        *,
-        user_id: str,
-        session_id: str,
-        reply_id: str,
-        token: int,
-        lock_ttl: float,
-        poll_interval: float,
+        self, store: ServiceStoreBase, key: ReplyKey, token: int, settings: ServiceSettings
     ) -> None:
         self.store = store
-        self.user_id = user_id
-        self.session_id = session_id
-        self.reply_id = reply_id
+        self.key = key
+        self.reply_id = key.reply_id
         self.token = token
-        self.lock_ttl = lock_ttl
-        self.poll_interval = poll_interval
+        self.settings = settings
         self.events: list[StoredEvent] = []
         """Events the store acknowledged; ``events[k].seq == k + 1``."""
         self.closed = False
@@ -70,6 +67,10 @@ class ReplyRunner:
         self._cancel_reason: str | None = None
         self._final_sent = False
         self.task: asyncio.Task[None] | None = None
+
+    @property
+    def _where(self) -> tuple[str, str]:
+        return self.key.user_id, self.key.session_id
 
     # -------------------------------------------------------------------- control
     def start(self, stream: StreamFactory) -> None:
@@ -155,9 +156,7 @@ class ReplyRunner:
             self._notify()
             if not self.lost and not self.finished:  # a stored end freed the lock already
                 with contextlib.suppress(ServiceStoreError):
-                    await _uncancelled(
-                        self.store.release(self.user_id, self.session_id, self.token)
-                    )
+                    await _uncancelled(self.store.release(*self._where, self.token))
 
     @property
     def _terminal_emitted(self) -> bool:
@@ -175,11 +174,7 @@ class ReplyRunner:
         while True:
             await self._wake_writer.wait()
             self._wake_writer.clear()
-            # gather what the agent emits in the next few milliseconds (reply_start with
-            # reasoning_start, a burst of text deltas) into one round trip; the reply's
-            # end is written at once
-            if not any(f is not None for _, f in self._pending):
-                await asyncio.sleep(FLUSH_WINDOW)
+            await self._burst()
             while self._pending:
                 batch = list(self._pending)
                 final = next((f for _, f in batch if f is not None), None)
@@ -199,20 +194,37 @@ class ReplyRunner:
                     self.cancel("requested")
             self._idle.set()
 
+    async def _burst(self) -> None:
+        """Wait while the agent's events keep coming (see ``FLUSH_WINDOW``, ``FLUSH_MAX``);
+        at once when the terminal event is pending."""
+        loop = asyncio.get_running_loop()
+        cap = loop.time() + FLUSH_MAX
+        while not any(f is not None for _, f in self._pending):
+            left = min(FLUSH_WINDOW, cap - loop.time())
+            if left <= 0:
+                return
+            seen = len(self._pending)
+            timer = loop.call_later(left, self._wake_writer.set)
+            await self._wake_writer.wait()
+            self._wake_writer.clear()
+            timer.cancel()
+            if len(self._pending) == seen:  # quiet for FLUSH_WINDOW
+                return
+
     async def _append(self, events: list[StoredEvent], final: ReplyStatus | None) -> Any:
         """Append, retrying a store that is down for up to the lock's lifetime."""
         loop = asyncio.get_running_loop()
-        give_up = loop.time() + self.lock_ttl
+        give_up = loop.time() + self.settings.lock_ttl
         while True:
             try:
                 return await self.store.append(
-                    self.user_id, self.session_id, self.reply_id, self.token, events, final
+                    *self._where, self.reply_id, self.token, events, final
                 )
             except ServiceStoreError as exc:
                 if loop.time() >= give_up:
                     logger.error("reply %s: store unavailable, reply lost: %s", self.reply_id, exc)
                     return None
-                await asyncio.sleep(min(0.5, self.lock_ttl / 10))
+                await asyncio.sleep(min(0.5, self.settings.lock_ttl / 10))
 
     def _lose(self, reason: str = "worker_lost") -> None:
         """The lock is gone (or the store is): stop without writing anything more.
@@ -239,10 +251,10 @@ class ReplyRunner:
 
     async def _heartbeat(self) -> None:
         while True:
-            await asyncio.sleep(self.poll_interval)
+            await asyncio.sleep(self.settings.poll_interval)
             try:
                 result = await self.store.heartbeat(
-                    self.user_id, self.session_id, self.token, self.lock_ttl, self.reply_id
+                    *self._where, self.token, self.settings.lock_ttl, self.reply_id
                 )
             except ServiceStoreError as exc:
                 logger.warning("reply %s: cannot renew the session lock: %s", self.reply_id, exc)

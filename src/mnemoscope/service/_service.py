@@ -6,25 +6,26 @@ import asyncio
 import importlib
 import inspect
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Literal
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from mnemoscope.agent import Agent
 from mnemoscope.errors import UserError
 from mnemoscope.message import new_id
 from mnemoscope.service._events import TERMINAL_TYPES, ReplyFailedEvent
 from mnemoscope.service._runner import ReplyRunner
+from mnemoscope.service._settings import BusyPolicy, ServiceSettings
 from mnemoscope.service._store import (
     Acquired,
     Busy,
     ReplyInfo,
+    ReplyKey,
     ServiceStoreBase,
     SessionInfo,
     StoredEvent,
 )
 
-BusyPolicy = Literal["reject", "enqueue", "interrupt"]
-BUSY_POLICIES = ("reject", "enqueue", "interrupt")
 AgentFactory = Callable[[str, str], "Agent | Awaitable[Agent]"]
 
 USER_ID_PARAMETERS = frozenset({"userid", "user", "uid", "username", "ownerid", "tenantid"})
@@ -102,28 +103,25 @@ def check_agent(agent: object, user_id: str, session_id: str) -> Agent:
     return agent
 
 
+@dataclass
+class _Line:
+    """The messages of this process waiting for one busy session."""
+
+    turn: asyncio.Lock = field(default_factory=asyncio.Lock)  # wakes its waiters in order
+    waiting: int = 0
+
+
 class AgentService:
     """Sessions and replies over a store (what the HTTP routes call)."""
 
     def __init__(
-        self,
-        agent_factory: AgentFactory,
-        store: ServiceStoreBase,
-        *,
-        busy_policy: BusyPolicy,
-        lock_ttl: float,
-        poll_interval: float,
-        queue_timeout: float,
-        shutdown_deadline: float,
+        self, agent_factory: AgentFactory, store: ServiceStoreBase, settings: ServiceSettings
     ) -> None:
         self.agent_factory = agent_factory
         self.store = store
-        self.busy_policy = busy_policy
-        self.lock_ttl = lock_ttl
-        self.poll_interval = poll_interval
-        self.queue_timeout = queue_timeout
-        self.shutdown_deadline = shutdown_deadline
+        self.settings = settings
         self.runners: dict[tuple[str, str, str], ReplyRunner] = {}
+        self._lines: dict[tuple[str, str], _Line] = {}
         self.stopping = False
 
     # ------------------------------------------------------------------ agents
@@ -166,33 +164,79 @@ class AgentService:
     async def _acquire(
         self, user_id: str, session_id: str, policy: BusyPolicy, reply_id: str | None = None
     ) -> Acquired:
+        """The session's lock (with ``reply_id`` started), or the busy policy's error.
+
+        Messages that wait for a busy session (``enqueue``, ``interrupt``) wait in one line
+        per session in this process, first come, first served: only the first of the line
+        polls the store, and a newcomer never goes before those waiting."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.queue_timeout
-        delay, interrupted = 0.005, False
-        while True:
-            result = await self.store.acquire(
-                user_id, session_id, self.lock_ttl, WORKER_LOST, reply_id
-            )
+        deadline = loop.time() + self.settings.queue_timeout
+        key = (user_id, session_id)
+        if policy == "reject" or key not in self._lines:
+            result = await self._try_acquire(user_id, session_id, reply_id)
             if isinstance(result, Acquired):
                 return result
-            if not isinstance(result, Busy):
-                raise SessionNotFoundError
             if policy == "reject":
                 raise SessionBusyError(
                     result.running_reply,
                     "the session is answering another message; wait for its reply_end, "
                     "cancel it, or retry",
                 )
+        line = self._lines.setdefault(key, _Line())
+        line.waiting += 1
+        try:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await line.turn.acquire()
+            except TimeoutError:
+                raise self._still_busy(None) from None
+            try:
+                return await self._poll(user_id, session_id, policy, reply_id, deadline)
+            finally:
+                line.turn.release()
+        finally:
+            line.waiting -= 1
+            if not line.waiting:
+                del self._lines[key]
+
+    async def _try_acquire(
+        self, user_id: str, session_id: str, reply_id: str | None
+    ) -> Acquired | Busy:
+        result = await self.store.acquire(
+            user_id, session_id, self.settings.lock_ttl, WORKER_LOST, reply_id
+        )
+        if isinstance(result, Acquired | Busy):
+            return result
+        raise SessionNotFoundError
+
+    def _still_busy(self, running_reply: str | None) -> SessionBusyError:
+        return SessionBusyError(
+            running_reply,
+            f"the session stayed busy for {self.settings.queue_timeout:g} s; retry later",
+        )
+
+    async def _poll(
+        self,
+        user_id: str,
+        session_id: str,
+        policy: BusyPolicy,
+        reply_id: str | None,
+        deadline: float,
+    ) -> Acquired:
+        """Try the store until the session is free (with backoff), or until ``deadline``."""
+        loop = asyncio.get_running_loop()
+        delay, interrupted = 0.005, False
+        while True:
+            result = await self._try_acquire(user_id, session_id, reply_id)
+            if isinstance(result, Acquired):
+                return result
             if policy == "interrupt" and result.running_reply and not interrupted:
                 interrupted = True
                 await self.cancel(user_id, session_id, result.running_reply)
             if self.stopping:
                 raise ShuttingDownError
             if loop.time() >= deadline:
-                raise SessionBusyError(
-                    result.running_reply,
-                    f"the session stayed busy for {self.queue_timeout:g} s; retry later",
-                )
+                raise self._still_busy(result.running_reply)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.1)
 
@@ -203,16 +247,10 @@ class AgentService:
             raise ShuttingDownError
         reply_id = new_id()
         # the session's existence, its lock and the new reply: one atomic step
-        acquired = await self._acquire(user_id, session_id, policy or self.busy_policy, reply_id)
-        runner = ReplyRunner(
-            self.store,
-            user_id=user_id,
-            session_id=session_id,
-            reply_id=reply_id,
-            token=acquired.token,
-            lock_ttl=self.lock_ttl,
-            poll_interval=self.poll_interval,
-        )
+        policy = policy or self.settings.busy_policy
+        acquired = await self._acquire(user_id, session_id, policy, reply_id)
+        ref = ReplyKey(user_id, session_id, reply_id)
+        runner = ReplyRunner(self.store, ref, acquired.token, self.settings)
         key = (user_id, session_id, reply_id)
 
         async def stream() -> AsyncIterator[Any]:
@@ -234,7 +272,7 @@ class AgentService:
 
     async def events(
         self, user_id: str, session_id: str, reply_id: str, after: int
-    ) -> AsyncIterator[list[StoredEvent]]:
+    ) -> AsyncGenerator[list[StoredEvent], None]:
         """The reply's events with ``seq > after``, each once, in order, to its terminal
         event, in batches of what was available; an empty batch now and then while
         waiting (for a keep-alive)."""
@@ -248,7 +286,7 @@ class AgentService:
                 return
         while True:
             found = await self.store.read_events(
-                user_id, session_id, reply_id, last, wait=self.poll_interval * 2
+                user_id, session_id, reply_id, last, wait=self.settings.poll_interval * 2
             )
             batch = []
             for event in found:
@@ -273,7 +311,7 @@ class AgentService:
         """Close a reply whose holder is gone (the lock is free but it still runs)."""
         if await self.store.lock_token(user_id, session_id) is not None:
             return
-        result = await self.store.acquire(user_id, session_id, self.lock_ttl, WORKER_LOST)
+        result = await self.store.acquire(user_id, session_id, self.settings.lock_ttl, WORKER_LOST)
         if isinstance(result, Acquired):
             await self.store.release(user_id, session_id, result.token)
 
@@ -284,11 +322,11 @@ class AgentService:
         running = [r for r in self.runners.values() if r.task is not None]
         tasks = [asyncio.ensure_future(r.wait()) for r in running]
         if tasks:
-            _done, pending = await asyncio.wait(tasks, timeout=self.shutdown_deadline)
+            _done, pending = await asyncio.wait(tasks, timeout=self.settings.shutdown_deadline)
             if pending:
                 for r in running:
                     r.cancel("shutdown")
-                await asyncio.wait(tasks, timeout=self.lock_ttl)
+                await asyncio.wait(tasks, timeout=self.settings.lock_ttl)
 
 
 async def _closing(agent: Agent, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
