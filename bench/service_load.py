@@ -1,5 +1,6 @@
 """Load on the agent service: K concurrent clients over S sessions, 1 and 2 uvicorn workers,
-on Redis and on PostgreSQL, against calling ``Agent.reply`` directly in the same run.
+on Redis and on PostgreSQL (or SQLite: ``--stores sqlite``), against calling ``Agent.reply``
+directly in the same run.
 
 Run::
 
@@ -378,7 +379,7 @@ async def main() -> list[dict[str, Any]]:
     parser.add_argument("--clients", default="1,10,50,200", help="comma-separated K values")
     parser.add_argument("--sessions", type=int, default=0, help="S (default: K, one each)")
     parser.add_argument("--workers", default="1,2", help="comma-separated worker counts")
-    parser.add_argument("--stores", default="redis,postgres")
+    parser.add_argument("--stores", default="redis,postgres", help="of redis, postgres, sqlite")
     parser.add_argument(
         "--per-client", type=int, default=None, help="replies per client (default: 10, or 100 / K)"
     )
@@ -392,7 +393,16 @@ async def main() -> list[dict[str, Any]]:
     parser.add_argument("--json", help="also write the raw results here")
     args = parser.parse_args()
     os.environ["MNEMOSCOPE_BENCH_LATENCY"] = str(args.latency_ms / 1000)
-    urls = {"redis": (REDIS_URL, REDIS_URL), "postgres": (POSTGRES_URL, POSTGRES_URL)}
+    files = Path(tempfile.mkdtemp(prefix="svcbench-sqlite"))
+    urls = {
+        "redis": (REDIS_URL, REDIS_URL),
+        "postgres": (POSTGRES_URL, POSTGRES_URL),
+        # the store and the agents' memory in two SQLite files of one directory
+        "sqlite": (
+            f"sqlite:///{files / 'service.db'}",
+            f"sqlite+aiosqlite:///{files / 'memory.db'}",
+        ),
+    }
     rows, raw = [], []
     runs = [
         (store, k, rate)
