@@ -1,13 +1,25 @@
 """Load on the agent service: K concurrent clients over S sessions, 1 and 2 uvicorn workers,
-on Redis and on PostgreSQL, against calling ``Agent.reply`` directly in the same run.
+on Redis and on PostgreSQL (or SQLite: ``--stores sqlite``), against calling ``Agent.reply``
+directly in the same run.
 
 Run::
 
     .venv/bin/python bench/service_load.py                      # the full table (~5 min)
     .venv/bin/python bench/service_load.py --clients 50 --workers 1 --stores redis
+    .venv/bin/python bench/service_load.py --clients 50 --rates closed,100,200
 
-Each client is a closed loop: it posts a message to its session, reads the SSE stream to
-``reply_end``, and posts the next. The agent (this module's ``make_agent``, served with
+Two kinds of load. ``closed`` (the default): each of K clients is a closed loop with no
+think time: it posts a message to its session, reads the SSE stream to ``reply_end``, and
+posts the next, so K clients offer up to K / latency messages a second (1000/s for 50
+clients and 50 ms), more than the direct path itself can do on a small machine: the
+latency then measures queueing for the cores. A number (``--rates 100``) is an open loop:
+messages arrive at that fixed rate, each to a session of the K that is not answering,
+and each latency counts from the arrival, so a slow server is charged for the wait too.
+Run the open loop at rates the direct path sustains to see what the service adds at that
+load. The load generator is this one process speaking raw HTTP/1.1 on keep-alive
+connections (no HTTP library), so it costs the server's cores little.
+
+The agent (this module's ``make_agent``, served with
 ``mnemoscope serve service_load:make_agent``) has a scripted model that sleeps
 ``--latency-ms`` (50 ms) per reply and keeps its short-term memory on the same server as
 the service's store (``RedisMemory`` / ``AsyncSQLAlchemyMemory`` on PostgreSQL).
@@ -15,7 +27,10 @@ the service's store (``RedisMemory`` / ``AsyncSQLAlchemyMemory`` on PostgreSQL).
 The baseline ("direct") is the same work without HTTP: K concurrent tasks in this process,
 each building the agent with the same factory and calling ``await agent.reply(...)``.
 "added" is the service's latency percentile minus the direct one. The ceiling is what
-K clients could do if a reply took exactly the model's latency (K / latency).
+K clients could do if a reply took exactly the model's latency (K / latency), or the open
+loop's rate. "CPU ms/reply" is the CPU time of the server's processes (all workers) per
+reply, against the direct path's (this process's) for the same work: the service's own
+cost, whatever else runs on the machine.
 
 At the end every session's history is read back through the API: each message sent must
 be stored exactly once, followed by its answer ("lost" and "dup" count the exceptions), and
@@ -364,7 +379,7 @@ async def main() -> list[dict[str, Any]]:
     parser.add_argument("--clients", default="1,10,50,200", help="comma-separated K values")
     parser.add_argument("--sessions", type=int, default=0, help="S (default: K, one each)")
     parser.add_argument("--workers", default="1,2", help="comma-separated worker counts")
-    parser.add_argument("--stores", default="redis,postgres")
+    parser.add_argument("--stores", default="redis,postgres", help="of redis, postgres, sqlite")
     parser.add_argument(
         "--per-client", type=int, default=None, help="replies per client (default: 10, or 100 / K)"
     )
@@ -378,7 +393,16 @@ async def main() -> list[dict[str, Any]]:
     parser.add_argument("--json", help="also write the raw results here")
     args = parser.parse_args()
     os.environ["MNEMOSCOPE_BENCH_LATENCY"] = str(args.latency_ms / 1000)
-    urls = {"redis": (REDIS_URL, REDIS_URL), "postgres": (POSTGRES_URL, POSTGRES_URL)}
+    files = Path(tempfile.mkdtemp(prefix="svcbench-sqlite"))
+    urls = {
+        "redis": (REDIS_URL, REDIS_URL),
+        "postgres": (POSTGRES_URL, POSTGRES_URL),
+        # the store and the agents' memory in two SQLite files of one directory
+        "sqlite": (
+            f"sqlite:///{files / 'service.db'}",
+            f"sqlite+aiosqlite:///{files / 'memory.db'}",
+        ),
+    }
     rows, raw = [], []
     runs = [
         (store, k, rate)

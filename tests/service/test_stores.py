@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -218,6 +219,23 @@ def test_store_urls_are_shown_without_secrets() -> None:
     assert pg.url_safe == "postgresql://app:***@db/svc"
     in_query = PostgresServiceStore("postgresql://db/svc?user=app&password=hunter2")
     assert in_query.url_safe == "postgresql://db/svc?user=app&password=***"
+
+
+async def test_sqlite_store_names_a_file_it_cannot_open(tmp_path: Path) -> None:
+    from mnemoscope.errors import ServiceStoreError
+    from mnemoscope.service import SQLiteServiceStore
+
+    with pytest.raises(UserError, match=re.escape("needs a file, e.g. sqlite:///service.db")):
+        SQLiteServiceStore("sqlite:///:memory:")
+    missing = tmp_path / "no-such-dir" / "service.db"
+    store = store_from_url(f"sqlite:///{missing}")
+    with pytest.raises(
+        ServiceStoreError, match=re.escape(f"SQLite at sqlite:///{missing} failed to open")
+    ):
+        await store.open()
+    missing.parent.mkdir()
+    assert await store.create_session("alice", "s", "") is not None  # opens on first use
+    await store.aclose()
 
 
 def test_store_url_is_checked() -> None:

@@ -98,7 +98,12 @@ class SQLiteServiceStore(SQLStoreBase):
     async def open(self) -> None:
         if self._thread is None:
             self._thread = ThreadPoolExecutor(1, thread_name_prefix="mnemoscope-svc-sqlite")
-            await self._do("open the file", self._open)
+            try:
+                await self._do("open the file", self._open)
+            except BaseException:
+                self._thread.shutdown(wait=False)
+                self._thread = None  # the next call tries again
+                raise
 
     def _open(self) -> None:
         # used on this store's one thread only; transactions are explicit (BEGIN IMMEDIATE)
