@@ -62,6 +62,27 @@ async def test_corrupt_rows_are_skipped_and_reported_by_id(
     assert [m.id for m in await mem.get()] == [a.id, c.id]
 
 
+@pytest.mark.parametrize("backend", ["redis", "sqlite", "postgres", "mariadb"], indirect=True)
+async def test_rows_valid_only_when_joined_are_reported_not_merged(
+    make_memory: MakeMemory, backend: str
+) -> None:
+    """``get`` validates every stored document in one call, as one joined JSON array (on
+    MariaDB joined by the server): rows that are not one document each (a message split
+    over two rows, two messages in one row) form valid JSON together, and must still be
+    reported row by row, not read as the messages they happen to form."""
+    mem = make_memory()
+    a, b, c, d = (UserMsg("alice", w) for w in ("hello world", "b", "c", "d"))
+    await mem.add([a, b, c])
+    doc_a = a.model_dump_json()
+    cut = doc_a.index("hello world") + len("hello")
+    await _corrupt(backend, mem, a.id, doc_a[:cut])  # joined: "hello, world"
+    await _corrupt(backend, mem, b.id, doc_a[cut:])
+    await _corrupt(backend, mem, c.id, c.model_dump_json() + "," + d.model_dump_json())
+
+    assert await mem.get() == []
+    assert [e.record_id for e in mem.corrupt_records] == [a.id, b.id, c.id]
+
+
 # ------------------------------------------------------------------------- Redis
 async def test_redis_key_layout_is_one_cluster_slot(redis_url: str, unique_id: str) -> None:
     from redis.crc import key_slot

@@ -311,6 +311,8 @@ class AiomysqlDialect(MySQLDialect):
     """MySQL and MariaDB through aiomysql: ``get`` is one statement on the pooled driver
     connection (``_sqlalchemy_raw``), and on MariaDB an ignore-add is one block."""
 
+    _row_by_row = False  # a joined read of this session could not be used
+
     async def add(self, payload: list[tuple[str, str]], plan: MarkPlan, on_duplicate: str) -> int:
         dialect = self.engine.dialect  # knows the server: the memory has connected
         if on_duplicate != "ignore" or not supports_block(dialect):
@@ -332,3 +334,21 @@ class AiomysqlDialect(MySQLDialect):
     async def read(self, want: list[str], skip: list[str], last_n: int | None) -> list[Any]:
         clean = transaction_probe("mysql", read=True)
         return await self.read_on_driver("format", clean, want, skip, last_n)
+
+    async def read_joined(
+        self, want: list[str], skip: list[str], last_n: int | None
+    ) -> tuple[int, int, str] | None:
+        # MySQL has no SET STATEMENT
+        if self._row_by_row or not supports_block(self.engine.dialect):
+            return None
+        clean = transaction_probe("mysql", read=True)
+        rows = await self.read_on_driver("format", clean, want, skip, last_n, joined=True)
+        count, id_crc_sum, chars, docs = rows[0]
+        if not count:
+            return 0, 0, ""
+        if docs is None or len(docs) != int(chars) + count - 1:
+            # cut at max_allowed_packet: this session is read row by row from now on,
+            # rather than paying a server warning and a second query each time
+            self._row_by_row = True
+            return None
+        return int(count), int(id_crc_sum), docs
