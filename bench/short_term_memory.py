@@ -554,7 +554,9 @@ def run_agentscope(args: argparse.Namespace) -> dict[str, Any] | str:
             "'sqlalchemy[asyncio]' tqdm redis aiosqlite asyncpg aiomysql"
         )
     cmd = [python, os.path.abspath(__file__), "--side", "agentscope", *_passthrough(args)]
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)
+    # its own virtualenv as installed: none of our PYTHONPATH (e.g. a parser added there)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False, env=env)
     if proc.returncode != 0:
         return f"AgentScope run failed (exit {proc.returncode})"
     return json.loads(proc.stdout.strip().splitlines()[-1])

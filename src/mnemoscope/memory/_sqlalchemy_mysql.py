@@ -328,7 +328,7 @@ class AiomysqlDialect(MySQLDialect):
         )
         clean = transaction_probe("mysql")
         return await run_retrying(
-            self.engine, fetch_one(sql, args), clean, what="AsyncSQLAlchemyMemory.add"
+            self.engine, fetch_one(sql, args), clean, what="AsyncSQLAlchemyMemory.add", hold=True
         )
 
     async def read(self, want: list[str], skip: list[str], last_n: int | None) -> list[Any]:
