@@ -467,9 +467,15 @@ def test_missing_sql_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 # ------------------------------------------------------------------ MariaDB fast path
-@pytest.fixture
-async def mariadb_memory(mariadb_url: str, unique_id: str) -> Any:
-    """``(memory, statements)``: the SQL statements its engine sent. (Killed connections:
+# a table prefix too long for the name of the single add's stored procedure (64
+# characters): its adds send the anonymous block instead
+BLOCK_PREFIX = "b" * 54
+
+
+@pytest.fixture(params=["procedure", "block"])
+async def mariadb_memory(mariadb_url: str, unique_id: str, request: pytest.FixtureRequest) -> Any:
+    """``(memory, statements)``: the SQL statements its engine sent; single adds through
+    the stored procedure, or (a long table prefix) the block. (Killed connections:
     ``test_faults.py``.)"""
     import sqlalchemy as sa
 
@@ -482,7 +488,18 @@ async def mariadb_memory(mariadb_url: str, unique_id: str) -> Any:
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         statements.append(statement)
 
-    mem = AsyncSQLAlchemyMemory(engine, user_id=unique_id)
+    prefix = "mnemoscope" if request.param == "procedure" else BLOCK_PREFIX
+    mem = AsyncSQLAlchemyMemory(engine, user_id=unique_id, table_prefix=prefix)
+    await mem.size()  # creates the tables (and the procedure, where it can)
+    async with engine.connect() as conn:
+        routines = await conn.execute(
+            sa.text(
+                "SELECT ROUTINE_NAME FROM information_schema.ROUTINES "
+                "WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = :n"
+            ),
+            {"n": f"{prefix}_add_one_v1"},
+        )
+        assert len(list(routines)) == (1 if request.param == "procedure" else 0)
     yield mem, statements
     await mem.clear()
     await engine.dispose()
