@@ -42,13 +42,13 @@ a few calls each, so that both see the same load), and ``of ceiling`` our share 
 Backends are measured one at a time, AgentScope then mnemoscope back to back, because the
 machine's disk and CPU are shared and their load drifts over minutes.
 
-PostgreSQL tables are ``ANALYZE``-d after the bulk load, on both sides: autovacuum would do
-the same within a minute, and without statistics the planner picks poor plans for
-freshly filled tables (for both libraries). Single adds and reads are time-boxed
-(``--budget`` seconds each), so slow backends report a rate over fewer calls. The
-AgentScope side runs in a subprocess with the Python of a side virtualenv
-(``--agentscope-python``, env ``MNEMOSCOPE_AS1_PYTHON``, default
-``/work/side/as1/bin/python``). Create it with::
+PostgreSQL tables are ``VACUUM ANALYZE``-d after the bulk load, on both sides: autovacuum
+would do the same within a minute, and without it the planner picks poor plans for freshly
+filled tables, and reads the dead rows of cleared sessions (for both libraries). Single
+adds and reads are time-boxed (``--budget`` seconds each), so slow backends report a rate
+over fewer calls. The AgentScope side runs in a subprocess with the Python of a side
+virtualenv, without our ``PYTHONPATH`` (``--agentscope-python``, env
+``MNEMOSCOPE_AS1_PYTHON``, default ``/work/side/as1/bin/python``). Create it with::
 
     python -m venv /work/side/as1
     /work/side/as1/bin/pip install agentscope==1.0.21 "mcp<2" "sqlalchemy[asyncio]" tqdm \\
@@ -112,13 +112,16 @@ class Side:
     _engines: dict[str, Any]
 
     async def analyze(self, backend: str) -> None:
-        """PostgreSQL: refresh planner statistics after the bulk load (steady state)."""
+        """PostgreSQL: vacuum and refresh planner statistics after the bulk load (the
+        steady state autovacuum reaches within a minute): without it the dead rows of the
+        sessions cleared before (earlier fills, earlier runs) stay in the heap, and a
+        table whose statistics hold one session is read by a sequential scan of them all."""
         if backend == "postgres":
             from sqlalchemy import text
 
             async with self._engines[backend].connect() as conn:
-                await conn.execute(text("ANALYZE"))
-                await conn.commit()
+                conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                await conn.execute(text("VACUUM ANALYZE"))
 
 
 class Mnemoscope(Side):
