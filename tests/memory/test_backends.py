@@ -543,6 +543,36 @@ async def test_mariadb_ignore_add_is_one_statement(mariadb_memory: Any) -> None:
 
 
 @pytest.mark.services
+async def test_mariadb_single_add_survives_its_procedure_being_dropped(
+    mariadb_memory: Any,
+) -> None:
+    import sqlalchemy as sa
+
+    mem, _ = mariadb_memory
+    a, b = UserMsg("u", "a"), UserMsg("u", "b")
+    assert await mem.add(a, marks="m") == 1
+    async with mem.engine.begin() as conn:  # as an administrator might, with the tables kept
+        found = await conn.execute(
+            sa.text(
+                "SELECT ROUTINE_NAME FROM information_schema.ROUTINES "
+                "WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = :n"
+            ),
+            {"n": f"{mem.table_prefix}_add_one_v1"},
+        )
+        for (name,) in list(found):
+            await conn.execute(sa.text(f"DROP PROCEDURE {name}"))
+    try:
+        assert await mem.add(b, marks="m") == 1  # the block instead
+        assert await mem.add(b) == 0
+        assert [m.id for m in await mem.get(marks="m")] == [a.id, b.id]
+    finally:  # the next memory of this prefix in the process creates it again
+        from mnemoscope.memory import _sqlalchemy, _sqlalchemy_mysql
+
+        _sqlalchemy._READY.pop(mem.engine.sync_engine, None)
+        _sqlalchemy_mysql._PROCEDURES.pop(mem.engine.sync_engine, None)
+
+
+@pytest.mark.services
 async def test_mariadb_failed_add_block_stores_nothing(mariadb_memory: Any) -> None:
     import sqlalchemy as sa
 

@@ -45,7 +45,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from mnemoscope.errors import UserError
+from mnemoscope.errors import MemoryStoreError, UserError
 from mnemoscope.memory._base import MarkPlan, mark_pairs, marks_of
 from mnemoscope.memory._sqlalchemy_common import chunks, first_occurrences, make_tables
 from mnemoscope.memory._sqlalchemy_dialect import SqlDialect
@@ -296,6 +296,8 @@ async def ensure_add_one_procedure(
     return name
 
 
+_NO_SUCH_PROCEDURE = 1305
+
 ROUTINE_SQL = (
     "SELECT 1 FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE() "
     "AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME = %s"
@@ -406,20 +408,28 @@ class AiomysqlDialect(MySQLDialect):
         if on_duplicate != "ignore" or not supports_block(dialect):
             return await super().add(payload, plan, on_duplicate)
         r = self.rows
-        procedure = _PROCEDURES.get(self.engine.sync_engine, {}).get(r.prefix)
-        sql, args = add_ignore_statement(
-            r.prefix,
-            r.user_id,
-            r.session_id,
-            first_occurrences(payload),
-            plan,
-            key_collation(dialect),
-            procedure,
-        )
-        clean = transaction_probe("mysql")
-        return await run_retrying(
-            self.engine, fetch_one(sql, args), clean, what="AsyncSQLAlchemyMemory.add", hold=True
-        )
+        procedures = _PROCEDURES.setdefault(self.engine.sync_engine, {})
+        first = first_occurrences(payload)
+        collation = key_collation(dialect)
+        while True:
+            procedure = procedures.get(r.prefix)
+            sql, args = add_ignore_statement(
+                r.prefix, r.user_id, r.session_id, first, plan, collation, procedure
+            )
+            clean = transaction_probe("mysql")
+            try:
+                return await run_retrying(
+                    self.engine,
+                    fetch_one(sql, args),
+                    clean,
+                    what="AsyncSQLAlchemyMemory.add",
+                    hold=True,
+                )
+            except MemoryStoreError as exc:
+                _, number = driver_error_code(exc.__cause__ or exc)
+                if procedure is None or number != _NO_SUCH_PROCEDURE:
+                    raise
+                procedures[r.prefix] = None  # dropped behind our back: send the block
 
     async def read(self, want: list[str], skip: list[str], last_n: int | None) -> list[Any]:
         clean = transaction_probe("mysql", read=True)
