@@ -62,6 +62,27 @@ async def test_corrupt_rows_are_skipped_and_reported_by_id(
     assert [m.id for m in await mem.get()] == [a.id, c.id]
 
 
+@pytest.mark.parametrize("backend", ["redis", "sqlite", "postgres", "mariadb"], indirect=True)
+async def test_rows_valid_only_when_joined_are_reported_not_merged(
+    make_memory: MakeMemory, backend: str
+) -> None:
+    """``get`` validates every stored document in one call, as one joined JSON array (on
+    MariaDB joined by the server): rows that are not one document each (a message split
+    over two rows, two messages in one row) form valid JSON together, and must still be
+    reported row by row, not read as the messages they happen to form."""
+    mem = make_memory()
+    a, b, c, d = (UserMsg("alice", w) for w in ("hello world", "b", "c", "d"))
+    await mem.add([a, b, c])
+    doc_a = a.model_dump_json()
+    cut = doc_a.index("hello world") + len("hello")
+    await _corrupt(backend, mem, a.id, doc_a[:cut])  # joined: "hello, world"
+    await _corrupt(backend, mem, b.id, doc_a[cut:])
+    await _corrupt(backend, mem, c.id, c.model_dump_json() + "," + d.model_dump_json())
+
+    assert await mem.get() == []
+    assert [e.record_id for e in mem.corrupt_records] == [a.id, b.id, c.id]
+
+
 # ------------------------------------------------------------------------- Redis
 async def test_redis_key_layout_is_one_cluster_slot(redis_url: str, unique_id: str) -> None:
     from redis.crc import key_slot
@@ -446,9 +467,15 @@ def test_missing_sql_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 # ------------------------------------------------------------------ MariaDB fast path
-@pytest.fixture
-async def mariadb_memory(mariadb_url: str, unique_id: str) -> Any:
-    """``(memory, statements)``: the SQL statements its engine sent. (Killed connections:
+# a table prefix too long for the name of the single add's stored procedure (64
+# characters): its adds send the anonymous block instead
+BLOCK_PREFIX = "b" * 54
+
+
+@pytest.fixture(params=["procedure", "block"])
+async def mariadb_memory(mariadb_url: str, unique_id: str, request: pytest.FixtureRequest) -> Any:
+    """``(memory, statements)``: the SQL statements its engine sent; single adds through
+    the stored procedure, or (a long table prefix) the block. (Killed connections:
     ``test_faults.py``.)"""
     import sqlalchemy as sa
 
@@ -461,7 +488,18 @@ async def mariadb_memory(mariadb_url: str, unique_id: str) -> Any:
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         statements.append(statement)
 
-    mem = AsyncSQLAlchemyMemory(engine, user_id=unique_id)
+    prefix = "mnemoscope" if request.param == "procedure" else BLOCK_PREFIX
+    mem = AsyncSQLAlchemyMemory(engine, user_id=unique_id, table_prefix=prefix)
+    await mem.size()  # creates the tables (and the procedure, where it can)
+    async with engine.connect() as conn:
+        routines = await conn.execute(
+            sa.text(
+                "SELECT ROUTINE_NAME FROM information_schema.ROUTINES "
+                "WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = :n"
+            ),
+            {"n": f"{prefix}_add_one_v1"},
+        )
+        assert len(list(routines)) == (1 if request.param == "procedure" else 0)
     yield mem, statements
     await mem.clear()
     await engine.dispose()
@@ -502,6 +540,36 @@ async def test_mariadb_ignore_add_is_one_statement(mariadb_memory: Any) -> None:
     statements.clear()
     await mem.add(UserMsg("u", "e"), on_duplicate="error")
     assert len(statements) > 1
+
+
+@pytest.mark.services
+async def test_mariadb_single_add_survives_its_procedure_being_dropped(
+    mariadb_memory: Any,
+) -> None:
+    import sqlalchemy as sa
+
+    mem, _ = mariadb_memory
+    a, b = UserMsg("u", "a"), UserMsg("u", "b")
+    assert await mem.add(a, marks="m") == 1
+    async with mem.engine.begin() as conn:  # as an administrator might, with the tables kept
+        found = await conn.execute(
+            sa.text(
+                "SELECT ROUTINE_NAME FROM information_schema.ROUTINES "
+                "WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = :n"
+            ),
+            {"n": f"{mem.table_prefix}_add_one_v1"},
+        )
+        for (name,) in list(found):
+            await conn.execute(sa.text(f"DROP PROCEDURE {name}"))
+    try:
+        assert await mem.add(b, marks="m") == 1  # the block instead
+        assert await mem.add(b) == 0
+        assert [m.id for m in await mem.get(marks="m")] == [a.id, b.id]
+    finally:  # the next memory of this prefix in the process creates it again
+        from mnemoscope.memory import _sqlalchemy, _sqlalchemy_mysql
+
+        _sqlalchemy._READY.pop(mem.engine.sync_engine, None)
+        _sqlalchemy_mysql._PROCEDURES.pop(mem.engine.sync_engine, None)
 
 
 @pytest.mark.services

@@ -112,6 +112,15 @@ async def test_mariadb_old_padding_schema_is_refused_then_upgraded(
         async with engine.begin() as conn:
             for table in ("marks", "messages", "sessions"):
                 await conn.execute(sa.text(f"DROP TABLE IF EXISTS {prefix}_{table}"))
+            procedures = await conn.execute(
+                sa.text(
+                    "SELECT ROUTINE_NAME FROM information_schema.ROUTINES "
+                    "WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME LIKE :p"
+                ),
+                {"p": f"{prefix}\\_%"},
+            )
+            for (name,) in list(procedures):  # single adds' stored procedure
+                await conn.execute(sa.text(f"DROP PROCEDURE {name}"))
         await engine.dispose()
 
 

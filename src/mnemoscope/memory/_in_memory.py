@@ -9,7 +9,6 @@ Example::
 
 from __future__ import annotations
 
-import copy
 import itertools
 from collections.abc import Iterable
 
@@ -132,13 +131,25 @@ class InMemoryMemory(MemoryBase):
         return len(self._msgs)
 
 
+_new = object.__new__
+_set = object.__setattr__
+
+
 def _snapshot(msg: Msg) -> Msg:
     """A copy whose content list and metadata dict are the stored message's own.
 
     Later appends by the caller do not leak in; blocks themselves are shared (a deep copy
-    costs ten times more and blocks are not mutated in place by the framework).
+    costs ten times more and blocks are not mutated in place by the framework). Built as
+    pydantic's ``__copy__`` builds a shallow copy, without its generic steps (a third of
+    the cost of a batch ``add``).
     """
-    snap = copy.copy(msg)
-    snap.__dict__["content"] = list(msg.content)
-    snap.__dict__["metadata"] = dict(msg.metadata)
+    state = msg.__dict__.copy()
+    state["content"] = list(msg.content)
+    state["metadata"] = dict(msg.metadata)
+    snap = _new(type(msg))
+    _set(snap, "__dict__", state)
+    _set(snap, "__pydantic_fields_set__", set(msg.__pydantic_fields_set__))
+    _set(snap, "__pydantic_extra__", None)  # Msg forbids extra fields
+    private = msg.__pydantic_private__
+    _set(snap, "__pydantic_private__", None if private is None else dict(private))
     return snap

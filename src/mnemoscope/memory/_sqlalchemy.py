@@ -70,6 +70,7 @@ from typing import Any
 from mnemoscope._optional import require
 from mnemoscope.errors import MissingExtraError, UserError
 from mnemoscope.memory._base import AddRequest, GetQuery, MarkUpdate, MemoryBase
+from mnemoscope.memory._msg_json import decode_counted
 from mnemoscope.message import Msg
 
 require("sqlalchemy.ext.asyncio", extra="sql", feature="AsyncSQLAlchemyMemory")
@@ -392,8 +393,20 @@ class AsyncSQLAlchemyMemory(MemoryBase):
     # ------------------------------------------------------------------- reading
     async def _get(self, query: GetQuery) -> list[Msg]:
         await self._ensure_tables()
-        rows = await self._dialect.read(query.marks, query.exclude_marks, query.last_n)
-        if query.last_n is not None:
+        want, skip, last_n = query.marks, query.exclude_marks, query.last_n
+        # MariaDB: one row holding every document, validated as one JSON array in one
+        # call; anything else (a corrupt row, a session too large for the server to join)
+        # is read again row by row, where corrupt rows are reported. Elsewhere rows.
+        joined = await self._dialect.read_joined(want, skip, last_n)
+        if joined is not None:
+            count, id_crc_sum, docs = joined
+            if not count:
+                return []
+            msgs = decode_counted(count, id_crc_sum, "[" + docs + "]")
+            if msgs is not None:
+                return msgs
+        rows = await self._dialect.read(want, skip, last_n)
+        if last_n is not None:
             rows.reverse()
         return self._decode([r[0] for r in rows], [r[1] for r in rows], query.on_corrupt)
 

@@ -276,6 +276,15 @@ class SqlDialect:
 
         return await self.transaction(work, write=False, what="get")
 
+    async def read_joined(
+        self, want: list[str], skip: list[str], last_n: int | None
+    ) -> tuple[int, int, str] | None:
+        """What :meth:`read` selects, read as one row: ``(count, sum of the ids' CRC-32,
+        the documents joined by commas)``, in position order (a JSON array without its
+        brackets); ``None`` when the rows must be read one by one (this portable path;
+        MariaDB joins them, :func:`~mnemoscope.memory._sqlalchemy_common.joined_sql`)."""
+        return None
+
     async def read_on_driver(
         self,
         style: str,
@@ -283,12 +292,16 @@ class SqlDialect:
         want: list[str],
         skip: list[str],
         last_n: int | None,
+        *,
+        joined: bool = False,
     ) -> list[Any]:
-        """:meth:`read` as one statement on the pooled driver connection (asyncpg:
-        ``style="numeric"``, aiomysql: ``"format"``), no SQLAlchemy result objects for
-        thousands of rows; ``clean`` is the driver's :func:`transaction_probe`."""
+        """:meth:`read` (or with ``joined`` :meth:`read_joined`'s one row) as one
+        statement on the pooled driver connection (asyncpg: ``style="numeric"``, aiomysql:
+        ``"format"``), no SQLAlchemy result objects for thousands of rows; ``clean`` is the
+        driver's :func:`transaction_probe`."""
         r = self.rows
-        sql, params = read_sql(r.prefix, style, len(want), len(skip), last_n is not None)
+        limit = last_n is not None
+        sql, params = read_sql(r.prefix, style, len(want), len(skip), limit, joined)
         args = params(r.user_id, r.session_id, want, skip, last_n or 0)
         fetch = fetch_all(sql, args, numeric=style == "numeric")
         return await run_retrying(self.engine, fetch, clean, what="AsyncSQLAlchemyMemory.get")

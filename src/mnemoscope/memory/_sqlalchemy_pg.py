@@ -170,7 +170,7 @@ class AsyncpgDialect(PostgresDialect):
         r = self.rows
         sql, args = pg_add_statement(self.sql, r.user_id, r.session_id, payload, plan)
         return await run_retrying(
-            self.engine, fetch_value(sql, args), _clean, what="AsyncSQLAlchemyMemory.add"
+            self.engine, fetch_value(sql, args), _clean, what="AsyncSQLAlchemyMemory.add", hold=True
         )
 
     async def read(self, want: list[str], skip: list[str], last_n: int | None) -> list[Any]:
