@@ -636,7 +636,8 @@ def main() -> int:
         "--context-window",
         type=int,
         default=2,
-        help="neighbouring turns indexed with each turn (default 2, chosen on the dev file)",
+        help="neighbouring turns indexed with each turn (default 2, the store's default, "
+        "chosen on the dev file)",
     )
     parser.add_argument("--no-mem0", action="store_true", help="skip the mem0 baseline")
     parser.add_argument(

@@ -188,6 +188,12 @@ class OnnxEmbeddingModel(ThreadedEmbeddingModelBase):
         tokenizer = load_tokenizer(self.tokenizer_file, max_length=self.max_length, pad=True)
         return session, tokenizer
 
+    def _token_counts(self, texts: list[str]) -> list[int]:
+        """How many tokens each text has (after truncation), padding left out."""
+        _, tokenizer = self._load()
+        encodings = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)(texts)
+        return [sum(e.attention_mask) for e in encodings]
+
     def _encode(self, texts: list[str]) -> list[list[float]]:
         session, tokenizer = self._load()
         encodings = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)(texts)
@@ -202,12 +208,14 @@ class OnnxEmbeddingModel(ThreadedEmbeddingModelBase):
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One vector per text, in input order.
 
-        The texts are sorted by length and cut into batches of ``batch_size`` neighbours
-        in that order, so each batch pads little; ``parallel`` batches run at once.
+        The texts are sorted by token count and cut into batches of ``batch_size``
+        neighbours in that order, so each batch pads little; ``parallel`` batches run at
+        once.
         """
         if len(texts) <= 1:
             return await super().embed(texts)
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        counts = await asyncio.to_thread(self._token_counts, list(texts))
+        order = sorted(range(len(texts)), key=counts.__getitem__)
         size = self.batch_size
         batches = [order[i : i + size] for i in range(0, len(order), size)]
         slots = asyncio.Semaphore(self.parallel)
