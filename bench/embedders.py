@@ -269,7 +269,7 @@ async def main() -> None:
     reference = LocalEmbeddingModel(backend="torch", dtype="float32", query_threads=None)
     ref_vectors = np.array(await reference.embed(queries))
     embedders: dict[str, Any] = {
-        "onnx: LocalEmbeddingModel() (int8 weights, 1 thread)": LocalEmbeddingModel(),
+        "onnx: LocalEmbeddingModel() (1 thread; a batch of 8 per core)": LocalEmbeddingModel(),
         "torch: LocalEmbeddingModel(backend='torch') (bf16 auto)": LocalEmbeddingModel(
             backend="torch"
         ),

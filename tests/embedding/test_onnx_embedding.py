@@ -139,6 +139,17 @@ async def test_parallel_batches_give_the_vectors_stores_already_hold() -> None:
 
 
 @needs_onnx
+def test_the_session_folds_the_int8_weights_once_at_load() -> None:
+    import onnxruntime as ort
+
+    from mnemoscope.embedding._onnx import minilm_onnx_path, onnx_session
+
+    session = onnx_session(minilm_onnx_path(), 1)
+    level = session.get_session_options().graph_optimization_level
+    assert level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL  # constant folding is on
+
+
+@needs_onnx
 @needs_torch
 async def test_onnx_vectors_match_the_torch_model() -> None:
     from mnemoscope.embedding import LocalEmbeddingModel
