@@ -348,6 +348,7 @@ class Variant:
 # ranking). Each variant spells out every knob it differs in from ``_PLAIN`` (BM25F, b=0.25,
 # no boosts, plain RRF), so the list stays what was run when the defaults change.
 _PLAIN: dict[str, Any] = {
+    "far_context_weight": 1.0,
     "b_content": 0.25,
     "b_context": 0.25,
     "entity_boost": 0.0,
@@ -376,6 +377,13 @@ SWEEP = [
     Variant("boosts 0.5, rrf (the defaults)", 2, _BOOSTS_HALF),
     Variant("boosts 0.5, rrf, dense_weight 0.75", 2, _BOOSTS_HALF, {"dense_weight": 0.75}),
     Variant("boosts 1.0, rrf", 2, {"entity_boost": 1.0, "when_boost": 1.0, "period_boost": 1.0}),
+    # the turns beyond the next one weigh less (far_context_weight): window 2 as the default
+    Variant("defaults, window 1 (the store's default before)", 1, _BOOSTS_HALF),
+    Variant("defaults, window 2, far turns 0.5", 2, {**_BOOSTS_HALF, "far_context_weight": 0.5}),
+    Variant("defaults, window 2, far turns 0.25", 2, {**_BOOSTS_HALF, "far_context_weight": 0.25}),
+    Variant("defaults, window 2, far turns 0.75", 2, {**_BOOSTS_HALF, "far_context_weight": 0.75}),
+    Variant("defaults, window 3, far turns 0.5", 3, {**_BOOSTS_HALF, "far_context_weight": 0.5}),
+    Variant("defaults, window 3, far turns 0.25", 3, {**_BOOSTS_HALF, "far_context_weight": 0.25}),
 ]
 
 
@@ -628,7 +636,8 @@ def main() -> int:
         "--context-window",
         type=int,
         default=2,
-        help="neighbouring turns indexed with each turn (default 2, chosen on the dev file)",
+        help="neighbouring turns indexed with each turn (default 2, the store's default, "
+        "chosen on the dev file)",
     )
     parser.add_argument("--no-mem0", action="store_true", help="skip the mem0 baseline")
     parser.add_argument(

@@ -121,6 +121,35 @@ async def test_batches_sorted_by_length_come_back_in_input_order() -> None:
 
 
 @needs_onnx
+async def test_parallel_batches_give_the_vectors_stores_already_hold() -> None:
+    from mnemoscope.embedding import LocalEmbeddingModel, OnnxEmbeddingModel
+
+    # stores hold vectors made 64 texts per call, one call at a time (the defaults before);
+    # batches of 8 run a few at once must give the same vectors, in input order
+    texts = [f"{t} ({n})" if n else t for n in range(4) for t in TEXTS]
+    before = await OnnxEmbeddingModel(batch_size=64, parallel=1).embed(texts)
+    model = LocalEmbeddingModel()
+    assert isinstance(model.inner, OnnxEmbeddingModel)
+    assert (model.batch_size, model.inner.parallel) == (8, os.cpu_count())
+    for parallel in (None, 3):
+        now = await OnnxEmbeddingModel(parallel=parallel).embed(texts)
+        for text, a, b in zip(texts, now, before, strict=True):
+            assert dot(a, b) > 0.99999, text[:40]
+    assert OnnxEmbeddingModel(threads=None).parallel == 1  # onnxruntime's own threads
+
+
+@needs_onnx
+def test_the_session_folds_the_int8_weights_once_at_load() -> None:
+    import onnxruntime as ort
+
+    from mnemoscope.embedding._onnx import minilm_onnx_path, onnx_session
+
+    session = onnx_session(minilm_onnx_path(), 1)
+    level = session.get_session_options().graph_optimization_level
+    assert level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL  # constant folding is on
+
+
+@needs_onnx
 @needs_torch
 async def test_onnx_vectors_match_the_torch_model() -> None:
     from mnemoscope.embedding import LocalEmbeddingModel
@@ -180,7 +209,12 @@ async def test_dimension_mismatch_is_a_user_error() -> None:
 
 @pytest.mark.parametrize(
     "kwargs, name",
-    [({"threads": 0}, "threads"), ({"batch_size": 0}, "batch_size"), ({"max_length": 0}, "max")],
+    [
+        ({"threads": 0}, "threads"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"max_length": 0}, "max"),
+        ({"parallel": 0}, "parallel"),
+    ],
 )
 def test_misconfiguration_names_the_parameter(kwargs: dict[str, int], name: str) -> None:
     from mnemoscope.embedding import OnnxEmbeddingModel

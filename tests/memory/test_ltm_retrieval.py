@@ -13,7 +13,13 @@ import pytest
 
 from mnemoscope.memory._local_ltm import LocalLongTermMemory
 from mnemoscope.memory._ltm_search import DEFAULT_SETTINGS, RetrievalSettings
-from mnemoscope.memory._ltm_text import index_terms, names_time, time_query
+from mnemoscope.memory._ltm_text import (
+    FAR_CONTEXT,
+    index_terms,
+    names_time,
+    neighbour_context,
+    time_query,
+)
 from mnemoscope.message import UserMsg
 from mnemoscope.testing import HashEmbeddingModel
 from mnemoscope.text import stem
@@ -84,6 +90,63 @@ async def test_a_long_neighbouring_context_does_not_bury_a_short_answer() -> Non
         store.retrieval = FTS5
         hits = await store.retrieve("violin", user_id="u")
         assert hits[0].content != "Yes, the violin."  # the old ranking, for contrast
+
+
+FLOOR_TALK = [
+    UserMsg("Jon", "How is the new studio going?"),
+    UserMsg("Gina", "Busy! I finally ordered the dance floor for the studio."),
+    UserMsg("Jon", "Did you get the sprung wooden floor you wanted?"),
+    UserMsg("Gina", "Yes."),
+    UserMsg("Jon", "A wooden floor is great for dancers."),
+    UserMsg("Gina", "The dancers love it already."),
+]
+FLOOR_QUESTION = "What kind of floor did Gina order for her studio?"
+
+
+async def test_on_defaults_a_short_reply_does_not_outrank_the_turn_it_answers() -> None:
+    # with two neighbours on each side at full weight, "Yes." gathered "floor" from three
+    # turns around it and ranked above the question it answers; the turns beyond the next
+    # one now count half, and two neighbours are the default
+    async with LocalLongTermMemory(":memory:") as store:
+        assert store.context_window == 2
+        await store.record(FLOOR_TALK, user_id="u")
+        ranked = contents(await store.retrieve(FLOOR_QUESTION, user_id="u", mode="lexical"))
+        assert ranked.index("Did you get the sprung wooden floor you wanted?") < ranked.index(
+            "Yes."
+        )
+        store.retrieval = replace(DEFAULT_SETTINGS, far_context_weight=1.0)  # as before
+        ranked = contents(await store.retrieve(FLOOR_QUESTION, user_id="u", mode="lexical"))
+        assert ranked.index("Yes.") < ranked.index(
+            "Did you get the sprung wooden floor you wanted?"
+        )
+
+
+def test_neighbour_context_puts_the_next_turns_first_and_the_rest_after_the_separator() -> None:
+    lines = ["a", "b", None, "d", "e", "f"]
+    assert neighbour_context(lines, 3, 2) == f"e{FAR_CONTEXT}b\nf"  # None is left out
+    assert neighbour_context(lines, 1, 2) == f"a{FAR_CONTEXT}d"
+    assert neighbour_context(lines, 4, 1) == "d\nf"  # one neighbour: as stores held it
+    assert neighbour_context(lines, 4, 0) == ""
+
+
+async def test_a_store_written_before_the_separator_searches_as_before(tmp_path: Path) -> None:
+    # rows stored with two neighbours before the separator existed hold them on plain
+    # lines: all of them are near, at full weight, which is how they were ranked then
+    path = tmp_path / "old.db"
+    async with LocalLongTermMemory(path) as store:
+        await store.record(FLOOR_TALK, user_id="u")
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "UPDATE ltm_memories SET context = replace(context, ?, ?)", [FAR_CONTEXT, "\n"]
+        )
+    conn.close()
+    async with LocalLongTermMemory(path) as store:
+        for far in (0.0, 0.5, 1.0):
+            store.retrieval = replace(DEFAULT_SETTINGS, far_context_weight=far)
+            ranked = contents(await store.retrieve(FLOOR_QUESTION, user_id="u", mode="lexical"))
+            assert ranked.index("Yes.") < ranked.index(
+                "Did you get the sprung wooden floor you wanted?"
+            ), far
 
 
 async def test_a_named_period_favours_rows_that_occurred_in_it() -> None:

@@ -85,7 +85,8 @@ class LocalEmbeddingModel(EmbeddingModelBase):
         dimensions: the model's output size (384 for all-MiniLM-L6-v2); checked on load.
         backend: ``"auto"`` (default), ``"onnx"`` or ``"torch"``; see the module docs.
         device: torch only: ``"cpu"`` (default), ``"cuda"``, ``"mps"``.
-        batch_size: texts per model call.
+        batch_size: texts per model call; ``None`` (default) takes the backend's own
+            (8 for onnx, a batch per core at once; 64 for torch).
         normalize: L2-normalise vectors (cosine similarity == dot product).
         dtype: torch only: ``"auto"``, ``"float32"`` or ``"bfloat16"``.
         query_threads: threads for a single-text call (a search query); for onnx, the
@@ -103,13 +104,13 @@ class LocalEmbeddingModel(EmbeddingModelBase):
         *,
         backend: Backend = "auto",
         device: str = "cpu",
-        batch_size: int = 64,
+        batch_size: int | None = None,
         normalize: bool = True,
         dtype: Dtype = "auto",
         query_threads: int | None = 1,
     ) -> None:
         check_torch_options(dtype, query_threads)
-        super().__init__(model, dimensions=dimensions, batch_size=batch_size)
+        super().__init__(model, dimensions=dimensions, batch_size=batch_size or 64)
         self.backend = _pick_backend(model, backend, device, dtype)
         self.inner: OnnxEmbeddingModel | SentenceTransformerEmbedding
         if self.backend == "onnx":
@@ -121,7 +122,7 @@ class LocalEmbeddingModel(EmbeddingModelBase):
             self.inner = OnnxEmbeddingModel(
                 model,
                 dimensions,
-                batch_size=batch_size,
+                batch_size=batch_size or 8,
                 normalize=normalize,
                 threads=query_threads,
             )
@@ -130,11 +131,12 @@ class LocalEmbeddingModel(EmbeddingModelBase):
                 model,
                 dimensions,
                 device=device,
-                batch_size=batch_size,
+                batch_size=batch_size or 64,
                 normalize=normalize,
                 dtype=dtype,
                 query_threads=query_threads,
             )
+        self.batch_size = self.inner.batch_size
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One vector per text, in order."""

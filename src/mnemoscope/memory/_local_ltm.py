@@ -64,9 +64,7 @@ from mnemoscope.memory._ltm_search import (
     RetrievalSettings,
     SearchMode,
 )
-from mnemoscope.memory._ltm_text import (
-    parse_when,
-)
+from mnemoscope.memory._ltm_text import neighbour_context, parse_when
 from mnemoscope.memory._ltm_write import LtmWriter
 from mnemoscope.message import Msg
 from mnemoscope.model import ChatModelBase
@@ -101,9 +99,10 @@ class LocalLongTermMemory(LocalLTMManagement, LongTermMemoryBase):
         context_weight: BM25 weight of the neighbouring turns relative to the memory's own
             text (0 ignores them).
         context_window: how many neighbouring messages on each side of a message, within
-            one ``record`` call, are indexed with it (0 disables). 2 scores best on LoCoMo
-            (docs/long-term-memory.md quotes its figures) but lets a short reply such as
-            "Yes." outrank the turn it answers, so the default stays 1. Applies to what is
+            one ``record`` call, are indexed with it (0 disables; 2 scores best on LoCoMo,
+            docs/long-term-memory.md quotes its figures). The turns beyond the next one
+            count for ``retrieval.far_context_weight`` (half) as much, so that a short
+            reply such as "Yes." does not outrank the turn it answers. Applies to what is
             recorded from then on; rows already stored keep their neighbours.
         candidates: how many rows each ranking contributes to the fusion.
         dedup: skip exact duplicates (same normalised text in the same scope).
@@ -137,7 +136,7 @@ class LocalLongTermMemory(LocalLTMManagement, LongTermMemoryBase):
         dense_weight: float = 0.5,
         rrf_k: float = 20.0,
         context_weight: float = 0.5,
-        context_window: int = 1,
+        context_window: int = 2,
         candidates: int = 100,
         dedup: bool = True,
         near_duplicate_threshold: float | None = 0.95,
@@ -351,13 +350,13 @@ class LocalLongTermMemory(LocalLTMManagement, LongTermMemoryBase):
                 raise UserError(f"record() accepts str or Msg items, got {type(entry).__name__}")
         # Messages of one call are a conversation: index each with its neighbours. Plain
         # strings are independent facts (e.g. the add_memory tool's sentences): no context.
-        w = self.context_window
-        turns = [p if isinstance(e, Msg) else None for p, e in zip(items, raw, strict=True)]
-        for i, p in enumerate(items):
-            if turns[i] is None:
-                continue
-            around = turns[max(0, i - w) : i] + turns[i + 1 : i + 1 + w]
-            p.context = "\n".join(embed_text(n) for n in around if n is not None and n.text)
+        lines = [
+            embed_text(p) if isinstance(e, Msg) and p.text else None
+            for p, e in zip(items, raw, strict=True)
+        ]
+        for i, (p, e) in enumerate(zip(items, raw, strict=True)):
+            if isinstance(e, Msg):
+                p.context = neighbour_context(lines, i, self.context_window)
         return [p for p in items if p.text]
 
     async def _infer(

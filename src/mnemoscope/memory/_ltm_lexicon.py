@@ -16,15 +16,18 @@ use: the speaker, ``occurred_at`` and whether the text names a time.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from mnemoscope.memory._ltm_index import numpy
-from mnemoscope.memory._ltm_text import index_terms, names_time
+from mnemoscope.memory._ltm_text import FAR_CONTEXT, index_terms, names_time
 
-FIELDS = ("content", "context", "speaker", "time")
-"""The indexed fields, in the order of the per-field arrays."""
+FIELDS = ("content", "context", "speaker", "time", "far_context")
+"""The indexed fields, in the order of the per-field arrays. ``context`` holds the turn
+next to the memory on each side, ``far_context`` the ones further away (the stored context
+split at :data:`~mnemoscope.memory._ltm_text.FAR_CONTEXT`)."""
 
 MAX_SEGMENTS = 8
 """Appended segments kept before the index is rebuilt as one."""
@@ -180,14 +183,15 @@ def _tokenise(
     timed = np.zeros(len(rows), dtype=bool)
     for i, row in enumerate(rows):
         content, context, speaker, occurred = row[5], row[6], row[7], row[8]
-        lines = []
-        for line in context.split("\n") if context else ():
-            # context lines are "<speaker>: <text>": a name on every line would match
-            # every question about that person
-            head, sep, rest = line.partition(": ")
-            lines.extend(ids(rest if sep and head in speakers else line))
+        near, _, far = context.partition(FAR_CONTEXT) if context else ("", "", "")
         when = datetime.fromisoformat(occurred) if occurred else None
-        per_field = (ids(content), lines, ids(speaker) if speaker else [], ids(date_text(when)))
+        per_field = (
+            ids(content),
+            _context_ids(near, ids, speakers),
+            ids(speaker) if speaker else [],
+            ids(date_text(when)),
+            _context_ids(far, ids, speakers),
+        )
         doc = first_doc + i
         for f, values in enumerate(per_field):
             lengths[i, f] = len(values)
@@ -204,6 +208,18 @@ def _tokenise(
         sids,
         timed,
     )
+
+
+def _context_ids(
+    context: str, ids: Callable[[str], list[int]], speakers: dict[str, int]
+) -> list[int]:
+    """The term ids of context lines, each ``"<speaker>: <text>"``, without the speaker:
+    a name on every line would match every question about that person."""
+    out: list[int] = []
+    for line in context.split("\n") if context else ():
+        head, sep, rest = line.partition(": ")
+        out.extend(ids(rest if sep and head in speakers else line))
+    return out
 
 
 def _segment(docs: Any, kinds: Any, toks: Any, n_terms: int) -> _Segment:

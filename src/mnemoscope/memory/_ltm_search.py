@@ -51,6 +51,10 @@ class RetrievalSettings:
         b_context: length normalisation of the neighbouring turns.
         speaker_weight: weight of the speaker field (names not handled as entities).
         time_weight: weight of the date words of ``occurred_at``.
+        far_context_weight: weight of the neighbouring turns beyond the next one on each
+            side (``context_window`` >= 2), relative to the next ones: a short reply such
+            as "Yes." gathers the words of every turn around it, and at full weight they
+            outrank the turn it answers.
         entity_boost: lexical score multiplier, minus one, for rows said by a speaker the
             question names.
         when_boost: the same for rows naming a time, on "when" questions.
@@ -68,6 +72,7 @@ class RetrievalSettings:
     b_context: float = 0.25
     speaker_weight: float = 1.0
     time_weight: float = 1.0
+    far_context_weight: float = 0.5
     entity_boost: float = 0.5
     when_boost: float = 0.5
     period_boost: float = 0.5
@@ -311,10 +316,13 @@ def score_lexical(
         return LexicalHits([])
     names = [t for t in terms if t in lexicon.speaker_terms]
     words = [t for t in terms if t not in lexicon.speaker_terms] or terms
+    far = context_weight * settings.far_context_weight
     weights = np.array(
-        [1.0, context_weight, settings.speaker_weight, settings.time_weight], dtype=np.float32
+        [1.0, context_weight, settings.speaker_weight, settings.time_weight, far],
+        dtype=np.float32,
     )
-    norm = lexicon.norms((settings.b_content, settings.b_context, 0.0, 0.0))
+    b_context = settings.b_context
+    norm = lexicon.norms((settings.b_content, b_context, 0.0, 0.0, b_context))
     scores = np.zeros(n, dtype=np.float32)
     matched = np.zeros(n, dtype=np.float32)
     present = lexicon.present

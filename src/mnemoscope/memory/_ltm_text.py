@@ -2,8 +2,8 @@
 
 Normalisation for exact-duplicate detection, the FTS5 query built from a natural-language
 question, the terms of the in-process lexical index (FTS5's ``porter unicode61`` in
-Python), what a question says about time, the indexed form of a date, and weighted
-reciprocal rank fusion.
+Python), what a question says about time, the indexed form of a date, a turn's
+neighbouring-turn context, and weighted reciprocal rank fusion.
 """
 
 from __future__ import annotations
@@ -153,6 +153,27 @@ def fts_match(query: str) -> str | None:
     if not terms:
         return None
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+FAR_CONTEXT = "\n\n"
+"""Separates a memory's stored context into the next turn on each side and the turns
+beyond; a context without it is all near (stores written before it existed)."""
+
+
+def neighbour_context(lines: Sequence[str | None], i: int, window: int) -> str:
+    """The context indexed with ``lines[i]``: its neighbours up to ``window`` away.
+
+    The next turn on each side comes first, one per line; the turns further away follow
+    after :data:`FAR_CONTEXT`, so that retrieval can weigh them less. ``None`` entries
+    (not turns of the conversation) are left out.
+    """
+
+    def join(parts: Sequence[str | None]) -> str:
+        return "\n".join(p for p in parts if p)
+
+    near = join([*lines[max(0, i - 1) : i], *lines[i + 1 : i + 2]] if window else [])
+    far = join([*lines[max(0, i - window) : max(0, i - 1)], *lines[i + 2 : i + 1 + window]])
+    return f"{near}{FAR_CONTEXT}{far}" if far else near
 
 
 def date_text(when: datetime | None) -> str:
