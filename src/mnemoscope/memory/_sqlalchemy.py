@@ -87,8 +87,8 @@ from sqlalchemy.ext.asyncio import (  # noqa: E402
 from mnemoscope.memory._sqlalchemy_common import (  # noqa: E402 (needs sqlalchemy)
     check_key,
     chunks,
-    make_tables,
     retrying,
+    shared_tables,
 )
 from mnemoscope.memory._sqlalchemy_dialect import SessionRows, SqlDialect  # noqa: E402
 from mnemoscope.memory._sqlalchemy_mysql import AiomysqlDialect, MySQLDialect  # noqa: E402
@@ -229,7 +229,7 @@ class AsyncSQLAlchemyMemory(MemoryBase):
                 f"async_sessionmaker, an AsyncSession or a URL string, got {type(source).__name__}"
             )
         self.table_prefix = table_prefix
-        self.sessions, self.messages, self.marks = make_tables(table_prefix)
+        self.sessions, self.messages, self.marks = shared_tables(table_prefix)
         rows = SessionRows(
             table_prefix, user_id, session_id, self.sessions, self.messages, self.marks
         )

@@ -35,10 +35,10 @@ from mnemoscope.memory._base import MarkPlan, mark_pairs
 from mnemoscope.memory._sqlalchemy_common import (
     MYSQL_KEY_COLLATION,
     chunks,
-    make_tables,
     plan_add,
     read_sql,
     retrying,
+    shared_tables,
     transient,
 )
 from mnemoscope.memory._sqlalchemy_raw import fetch_all, run_retrying
@@ -93,7 +93,7 @@ class SqlDialect:
     async def prepare_tables(self, conn: AsyncConnection, *, upgrade: bool) -> list[str]:
         """Create missing tables in ``conn``'s transaction; return the statements an older
         schema of the tables needs (after running them when ``upgrade`` is true)."""
-        _, messages, _ = make_tables(self.rows.prefix, MYSQL_KEY_COLLATION)
+        _, messages, _ = shared_tables(self.rows.prefix, MYSQL_KEY_COLLATION)
         await conn.run_sync(messages.metadata.create_all, checkfirst=True)
         return []
 

@@ -47,7 +47,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from mnemoscope.errors import MemoryStoreError, UserError
 from mnemoscope.memory._base import MarkPlan, mark_pairs, marks_of
-from mnemoscope.memory._sqlalchemy_common import chunks, first_occurrences, make_tables
+from mnemoscope.memory._sqlalchemy_common import chunks, first_occurrences, shared_tables
 from mnemoscope.memory._sqlalchemy_dialect import SqlDialect
 from mnemoscope.memory._sqlalchemy_raw import (
     driver_error_code,
@@ -357,7 +357,7 @@ class MySQLDialect(SqlDialect):
         # the server is known once connected; ids need its NO PAD collation
         prefix = self.rows.prefix
         collation = key_collation(conn.dialect)
-        _, messages, _ = make_tables(prefix, collation)
+        _, messages, _ = shared_tables(prefix, collation)
         await conn.run_sync(messages.metadata.create_all, checkfirst=True)
         names = tuple(f"{prefix}_{n}" for n in KEY_COLUMNS)
         result = await conn.exec_driver_sql(KEY_COLUMNS_SQL, names)
