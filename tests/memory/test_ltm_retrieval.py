@@ -4,6 +4,7 @@ the in-process lexical index kept in step with writes, and its Porter stemmer.""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from dataclasses import replace
 from datetime import datetime
@@ -229,6 +230,7 @@ async def test_scope_status_and_expiry_apply_to_the_lexical_index() -> None:
         await store.record("Jazz night on Friday.", user_id="u", agent_id="a", run_id="r1")
         await store.record("Jazz records for sale.", user_id="u", agent_id="b", run_id="r2")
         await store.record("Jazz expired note.", user_id="u", ttl=0.001)
+        await asyncio.sleep(0.01)  # past its expiry however fast the next calls run
         hits = await store.retrieve("jazz", user_id="u", agent_id="a")
         assert contents(hits) == ["Jazz night on Friday."]
         hits = await store.retrieve("jazz", user_id="u", run_id="r2")
