@@ -80,3 +80,23 @@ async def test_a_memory_whose_engine_is_collected_leaves_the_file_usable(tmp_pat
     gc.collect()  # the engine's finalizer closes its worker
     async with AsyncSQLAlchemyMemory(url, user_id="u", session_id="s") as again:
         assert [m.get_text_content() for m in await again.get()] == ["kept"]
+
+
+async def test_aclose_returns_once_the_connection_is_closed(tmp_path: Path) -> None:
+    # a process that exits right after aclose() must not leave the WAL's -wal/-shm files
+    # behind (seen under load: the worker's close was still queued when the process ended)
+    import time
+
+    from mnemoscope.memory._sqlalchemy_sqlite import _WORKERS
+
+    db = tmp_path / "chat.db"
+    memory = AsyncSQLAlchemyMemory(f"sqlite+aiosqlite:///{db}", session_id="s")
+    await memory.add(UserMsg("a", "hello"))
+    worker = _WORKERS[memory.engine.sync_engine]
+    assert worker is not None
+    slow = asyncio.ensure_future(worker.run(lambda conn: time.sleep(0.3)))
+    await asyncio.sleep(0.05)  # the worker is busy with the slow job, its connection open
+    await memory.aclose()
+    assert not (tmp_path / "chat.db-wal").exists()
+    assert not (tmp_path / "chat.db-shm").exists()
+    await slow

@@ -471,5 +471,5 @@ class AsyncSQLAlchemyMemory(MemoryBase):
     async def aclose(self) -> None:
         """Dispose of the engine if this object created it."""
         if self._owns_engine:
-            close_worker(self.engine.sync_engine)
+            await close_worker(self.engine.sync_engine)
             await self.engine.dispose()

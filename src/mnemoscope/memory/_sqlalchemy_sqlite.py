@@ -216,10 +216,14 @@ def sqlite_worker_for(
     return worker
 
 
-def close_worker(sync_engine: Any) -> None:
+async def close_worker(sync_engine: Any, wait: float = 5.0) -> None:
+    """Close the engine's worker and wait (at most ``wait`` seconds) until its connection is
+    closed: the last connection to a WAL database removes its ``-wal`` and ``-shm`` files,
+    which a process that exits right after ``aclose()`` must not leave behind."""
     worker = _WORKERS.pop(sync_engine, None)
     if worker is not None:
-        worker.close()
+        # the join runs in a helper thread, so the event loop is never blocked by it
+        await asyncio.to_thread(worker.close, wait)
 
 
 def _in(n: int) -> str:
