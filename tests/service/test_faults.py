@@ -18,7 +18,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -117,10 +117,17 @@ class PrivatePostgres:
         return PostgresServiceStore(self.url)
 
 
+def _missing(what: str) -> NoReturn:
+    """Skip for want of a server binary, or fail under MNEMOSCOPE_REQUIRE_SERVICES=1 (CI)."""
+    if os.environ.get("MNEMOSCOPE_REQUIRE_SERVICES") == "1":
+        pytest.fail(what + " (MNEMOSCOPE_REQUIRE_SERVICES=1 forbids skipping)")
+    pytest.skip(what)
+
+
 def _private_pg() -> Iterator[PrivatePostgres]:
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
     if not found:
-        pytest.skip("PostgreSQL's server binaries are missing (apt-get install postgresql)")
+        _missing("PostgreSQL's server binaries are missing (apt-get install postgresql)")
     root = Path(tempfile.mkdtemp(prefix="mnemoscope-pg-"))
     if os.geteuid() == 0:
         shutil.chown(root, "postgres", "postgres")
@@ -137,7 +144,7 @@ def _private_pg() -> Iterator[PrivatePostgres]:
 
 def _private_redis(workdir: Path) -> Iterator[PrivateRedis]:
     if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+        _missing("redis-server is not installed (apt-get install redis-server)")
     server = PrivateRedis(workdir)
     server.start()
     try:
