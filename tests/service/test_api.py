@@ -139,13 +139,19 @@ async def test_cancel_a_running_reply(make_client: Any) -> None:
     assert kinds.count("tool_use") == kinds.count("tool_result")
 
 
+async def _start_running(client: Any, content: str) -> tuple[asyncio.Task[Any], str]:
+    """Post ``content`` to session s1 in the background; once its reply runs, return the
+    pending post and the reply's id."""
+    first = asyncio.create_task(
+        client.post("/v1/sessions/s1/messages", json={"content": content}, headers=ALICE)
+    )
+    return first, await _running_reply(client, "s1")
+
+
 async def test_busy_session_reject(make_client: Any) -> None:
     client = await make_client(busy_policy="reject")
     await _session(client)
-    first = asyncio.create_task(
-        client.post("/v1/sessions/s1/messages", json={"content": "slow:0.5"}, headers=ALICE)
-    )
-    rid = await _running_reply(client, "s1")
+    first, rid = await _start_running(client, "slow:0.5")
     r = await client.post("/v1/sessions/s1/messages", json={"content": "second"}, headers=ALICE)
     assert r.status_code == 409 and r.headers["x-running-reply"] == rid
     assert parse_sse((await first).text)[-1]["event"] == "reply_end"
@@ -156,10 +162,7 @@ async def test_busy_session_reject(make_client: Any) -> None:
 async def test_busy_session_enqueue_runs_one_after_the_other(make_client: Any) -> None:
     client = await make_client(busy_policy="enqueue")
     await _session(client)
-    first = asyncio.create_task(
-        client.post("/v1/sessions/s1/messages", json={"content": "slow:0.4"}, headers=ALICE)
-    )
-    await _running_reply(client, "s1")
+    first, _ = await _start_running(client, "slow:0.4")
     second = await client.post("/v1/sessions/s1/messages", json={"content": "next"}, headers=ALICE)
     assert parse_sse(second.text)[-1]["event"] == "reply_end"
     assert parse_sse((await first).text)[-1]["event"] == "reply_end"
@@ -174,10 +177,7 @@ async def test_busy_session_enqueue_runs_one_after_the_other(make_client: Any) -
 async def test_enqueued_messages_run_first_come_first_served(make_client: Any) -> None:
     client = await make_client(busy_policy="enqueue")
     await _session(client)
-    first = asyncio.create_task(
-        client.post("/v1/sessions/s1/messages", json={"content": "slow:0.5"}, headers=ALICE)
-    )
-    await _running_reply(client, "s1")
+    first, _ = await _start_running(client, "slow:0.5")
     queued = []
     for n in range(6):  # each starts waiting after the one before
         queued.append(
@@ -196,10 +196,7 @@ async def test_enqueued_messages_run_first_come_first_served(make_client: Any) -
 async def test_busy_session_interrupt_cancels_the_running_reply(make_client: Any) -> None:
     client = await make_client(busy_policy="reject")
     await _session(client)
-    first = asyncio.create_task(
-        client.post("/v1/sessions/s1/messages", json={"content": "tool:30"}, headers=ALICE)
-    )
-    await _running_reply(client, "s1")
+    first, _ = await _start_running(client, "tool:30")
     second = await client.post(
         "/v1/sessions/s1/messages",
         json={"content": "stop that", "busy_policy": "interrupt"},
